@@ -1,0 +1,165 @@
+"""Continuous attention: values interpolated at quadrature nodes, mixed by spectral kernels.
+
+For a query at s_i = i / (T - 1) and an integration interval [0, L_i]
+(L_i = 1 for the published operator, L_i = s_i for the causal one), the
+Gauss-Legendre rule of order Q is mapped to nodes t_iq = L_i t_q with weights
+L_i w_q, and
+
+    out_i = sum_q c_iq v(t_iq),   v = piecewise-linear interpolant of the token values.
+
+Published: c_iq = softmax_q(W(s_i, t_q)) * w_q (defect 4: the row sums fall far
+below 1). Normalised: c_iq = exp(W_iq) w_iq / sum_q' exp(W_iq') w_iq', a
+quadrature of integral_0^{L_i} k(s_i, t) v(t) dt with integral k dt = 1.
+
+The mixing weights depend on the length T and the kernel parameters only, not
+on the hidden state, so :meth:`ContinuousAttention.plan` computes them once per
+ODE solve and every function evaluation reuses them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from .bases import basis
+from .kernel import Kernel2D, kernel_logits, sobolev_penalty
+from .quadrature import gauss_legendre, interpolation_stencil
+
+
+@dataclass
+class AttentionPlan:
+    """The hidden-state-independent part of attention at one length T.
+
+    Non-causal: ``weights [h, T, Q]`` on the shared values at the nodes,
+    ``i0, a [Q]``. Causal: ``mixing [h, T, T]``, a lower-triangular matrix
+    that maps token values straight to outputs.
+    """
+
+    length: int
+    weights: torch.Tensor | None = None
+    i0: torch.Tensor | None = None
+    a: torch.Tensor | None = None
+    mixing: torch.Tensor | None = None
+
+    def grad_tensors(self) -> tuple[torch.Tensor, ...]:
+        """The tensors through which gradients reach the kernel parameters."""
+        t = self.mixing if self.mixing is not None else self.weights
+        return (t,) if t.requires_grad else ()
+
+
+class ContinuousAttention(nn.Module):
+    """Multi-head continuous attention, published or causal.
+
+    Args:
+        d_model: D; n_heads: h (D % h == 0); n_freq: n; basis: "fourier" or "cheb".
+        quad_nodes: Q; dropout: rate of the dropout after ``out_proj``.
+        causal: integrate over [0, s_i] only (the corrected operator).
+        normalised_integral: normalise the kernel on its interval (defect 4 fixed).
+        half_range_cosine: use cos(pi k t) in place of cos(2 pi k t) (defect 5 fixed).
+        penalty: "published" or "exact" Sobolev penalty.
+        dropout_inside: apply the dropout here (published: inside the ODE dynamics).
+    Buffers ``t_nodes``, ``t_w`` [Q] (float32) hold the rule on [0, 1].
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_freq: int, basis: str = "fourier",
+                 quad_nodes: int = 64, dropout: float = 0.1, causal: bool = False,
+                 normalised_integral: bool = False, half_range_cosine: bool = False,
+                 penalty: str = "published", dropout_inside: bool = True):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if basis not in ("fourier", "cheb"):
+            raise ValueError(f"basis must be one of ['fourier', 'cheb'], got {basis!r}")
+        self.n_heads, self.head_dim, self.n_freq = n_heads, d_model // n_heads, n_freq
+        self.basis_name = "cosine" if (basis == "fourier" and half_range_cosine) else basis
+        self.causal, self.normalised_integral = causal, normalised_integral
+        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        self.kernels = nn.ModuleList(
+            Kernel2D(n_freq, self.basis_name, penalty) for _ in range(n_heads))
+        nodes, weights = gauss_legendre(quad_nodes)
+        self.register_buffer("t_nodes", nodes.float())
+        self.register_buffer("t_w", weights.float())
+        self.drop = nn.Dropout(dropout) if dropout_inside else nn.Identity()
+        self._bases: dict = {}
+
+    # -- kernels ---------------------------------------------------------------
+    def stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """All heads' ``coeffs [h, n, n]`` and ``log_scale [h, 1]``."""
+        return (torch.stack([k.coeffs for k in self.kernels]),
+                torch.stack([k.log_scale for k in self.kernels]))
+
+    def sobolev_penalty(self) -> torch.Tensor:
+        coeffs, _ = self.stacked()
+        return sobolev_penalty(coeffs, self.basis_name, self.kernels[0].penalty)
+
+    def _geometry(self, length: int, device, dtype):
+        """Basis values and interpolation stencils at one length, built once and cached."""
+        key = (length, device, dtype)
+        if key not in self._bases:
+            s = torch.linspace(0, 1, length, device=device, dtype=dtype)   # query positions
+            t = self.t_nodes.to(dtype)
+            if self.causal:
+                t = s[:, None] * t[None, :]                                   # [T, Q] nodes on [0, s_i]
+                log_w = torch.log(s[:, None] * self.t_w.to(dtype))            # -inf at s = 0: masked below
+                log_w = torch.where(s[:, None] > 0, log_w, torch.log(self.t_w.to(dtype)))
+            else:
+                log_w = torch.log(self.t_w.to(dtype))
+            i0, a = interpolation_stencil(t, length)
+            geo = dict(phi_s=basis(self.basis_name, s, self.n_freq),
+                       phi_t=basis(self.basis_name, t, self.n_freq),
+                       i0=i0, a=a, log_w=log_w, s=s)
+            if len(self._bases) >= 8:   # a handful of lengths at a time is all a run uses
+                self._bases.clear()
+            self._bases[key] = geo
+        return self._bases[key]
+
+    def plan(self, length: int, device=None, dtype=None) -> AttentionPlan:
+        """Mixing weights for sequences of ``length`` T (see the module docstring)."""
+        if length < 1:
+            raise ValueError(f"sequence length T must be >= 1, got {length}")
+        if length == 1 and not self.causal:
+            raise ValueError(
+                "T = 1 is undefined in the published (non-causal) operator: its interpolation "
+                "reads token i0 + 1 = 1, out of range (defect 8); use causal=True "
+                "(variant='causal') or T >= 2")
+        coeffs, log_scale = self.stacked()
+        device = device or coeffs.device
+        dtype = dtype or coeffs.dtype
+        geo = self._geometry(length, device, dtype)
+        w = kernel_logits(coeffs, log_scale, geo["phi_s"], geo["phi_t"])          # [h, T, Q]
+        if self.normalised_integral:
+            weights = torch.softmax(w + geo["log_w"], dim=-1)
+        else:
+            node_w = geo["log_w"].exp()
+            weights = torch.softmax(w, dim=-1) * node_w
+        if not self.causal:
+            return AttentionPlan(length, weights=weights, i0=geo["i0"], a=geo["a"])
+        return AttentionPlan(length, mixing=self._scatter(weights, geo["i0"], geo["a"], length))
+
+    @staticmethod
+    def _scatter(weights, i0, a, length):
+        """Dense ``[h, T, T]`` matrix with out_i = sum_j M_ij v_j (two entries per node)."""
+        h = weights.shape[0]
+        i1 = (i0 + 1).clamp(max=length - 1)
+        index = torch.cat([i0, i1], dim=-1).expand(h, -1, -1)          # [h, T, 2Q]
+        src = torch.cat([weights * (1 - a), weights * a], dim=-1)
+        mixing = weights.new_zeros(h, length, length)
+        return mixing.scatter_add(-1, index, src)
+
+    # -- forward ---------------------------------------------------------------
+    def forward(self, x: torch.Tensor, plan: AttentionPlan | None = None) -> torch.Tensor:
+        """``x [B, T, D]`` -> ``[B, T, D]``; pass a ``plan`` to reuse hoisted kernels."""
+        b, length, d_model = x.shape
+        if plan is None:
+            plan = self.plan(length, x.device, x.dtype)
+        values = self.v_proj(x).view(b, length, self.n_heads, self.head_dim)
+        if plan.mixing is not None:
+            out = torch.einsum("hij,bjhd->bihd", plan.mixing, values)
+        else:
+            i1 = (plan.i0 + 1).clamp(max=length - 1)
+            a = plan.a[None, :, None, None]
+            at_nodes = (1 - a) * values[:, plan.i0] + a * values[:, i1]     # [B, Q, h, d]
+            out = torch.einsum("hiq,bqhd->bihd", plan.weights, at_nodes)
+        return self.drop(self.out_proj(out.reshape(b, length, d_model)))

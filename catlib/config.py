@@ -1,0 +1,116 @@
+"""CATConfig: one dataclass for CAT and its baseline.
+
+Defaults are the published script's defaults. ``variant`` chooses between the
+published prototype (every defect kept) and the corrected, causal CAT; each
+correction is also its own field so that an ablation can switch one at a time.
+A correction left at ``None`` follows the variant.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+BASES = ("fourier", "cheb")
+VARIANTS = ("published", "causal")
+SOLVER_NAMES = ("dopri5", "rk4-classic", "euler")
+PENALTIES = ("published", "exact")
+
+# The corrections of ALGORITHM.md: field -> (published value, corrected value).
+CORRECTIONS = {
+    "causal": (False, True),               # defect 1: attention integrates over [0, s] only
+    "normalised_integral": (False, True),  # defect 4: kernel normalised on the integration interval
+    "dropout_in_dynamics": (True, False),  # defect 6: dropout moved outside the ODE right-hand side
+    "penalty": ("published", "exact"),     # defect 9: true H^2-type seminorm of the expansion
+    "half_range_cosine": (False, True),    # defect 5: cos(pi k t), so t = 0 and t = 1 differ
+    "penalty_once": (False, True),         # defect 3: Sobolev weight applied once in the loss
+    "positional_encoding": (False, True),  # defect 2: sinusoidal positions for the baseline
+    "logit_dropout": (True, False),        # baseline: no dropout on its logits
+}
+
+
+@dataclass
+class CATConfig:
+    """Everything that defines a CAT model and its baseline.
+
+    Sizes: ``d_model`` D, ``n_heads`` h (D % h == 0), ``n_freq`` n basis
+    functions per axis, ``quad_nodes`` Q Gauss-Legendre nodes, ``blocks`` K ODE
+    blocks. ``solver`` picks the depth integrator from :data:`catlib.solvers.SOLVERS`;
+    ``steps`` is the step count of the fixed-step solvers, ``max_steps`` caps dopri5.
+    """
+
+    vocab_size: int = 65
+    d_model: int = 128
+    n_heads: int = 8
+    n_freq: int = 32
+    basis: str = "fourier"
+    blocks: int = 1
+    quad_nodes: int = 64
+    dropout: float = 0.1
+    sob_lambda: float = 5e-7
+    variant: str = "published"
+    solver: str = "dopri5"
+    rtol: float = 1e-7
+    atol: float = 1e-9
+    adjoint: bool = True
+    adjoint_seminorm: bool = False
+    steps: int = 4
+    max_steps: int | None = None
+    causal: bool | None = None
+    normalised_integral: bool | None = None
+    dropout_in_dynamics: bool | None = None
+    penalty: str | None = None
+    half_range_cosine: bool | None = None
+    penalty_once: bool | None = None
+    positional_encoding: bool | None = None
+    logit_dropout: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the field and what it accepts."""
+        _choice("basis", self.basis, BASES)
+        _choice("variant", self.variant, VARIANTS)
+        _choice("solver", self.solver, SOLVER_NAMES)
+        if self.penalty is not None:
+            _choice("penalty", self.penalty, PENALTIES)
+        for name in ("vocab_size", "d_model", "n_heads", "n_freq", "blocks", "quad_nodes", "steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}); "
+                f"choose n_heads among the divisors of d_model")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        for name in ("rtol", "atol"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.sob_lambda < 0:
+            raise ValueError(f"sob_lambda must be >= 0, got {self.sob_lambda!r}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be None or >= 1, got {self.max_steps!r}")
+
+    def resolved(self) -> "CATConfig":
+        """A copy with every correction left at ``None`` filled in from ``variant``."""
+        pick = 0 if self.variant == "published" else 1
+        filled = {name: values[pick] for name, values in CORRECTIONS.items()
+                  if getattr(self, name) is None}
+        return dataclasses.replace(self, **filled)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CATConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown CATConfig field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**data)
+
+
+def _choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")

@@ -1,0 +1,179 @@
+"""The Tiny Shakespeare corpus, its vocabulary, the published split and batch sampler.
+
+Lookup order for the corpus file (first hit wins):
+
+1. an explicit ``path`` argument (``--data`` on the command line);
+2. the environment variable ``CATLIB_DATA``;
+3. the user cache, ``$XDG_CACHE_HOME/catlib/tiny.txt`` (default ``~/.cache/catlib/tiny.txt``);
+4. otherwise the public char-rnn copy is downloaded into that cache, atomically.
+
+Every load checks the SHA-256 of the file against the published one.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CORPUS_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+)
+CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+CORPUS_CHARS = 1_115_394
+TRAIN_CHARS = 50_000  # the published split: ids[:50000] train, the rest validation
+
+
+class DataError(RuntimeError):
+    """A corpus problem; the message is one line naming the problem and the fix."""
+
+
+def cache_dir() -> Path:
+    """The user cache directory of catlib (``$XDG_CACHE_HOME/catlib`` or ``~/.cache/catlib``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "catlib"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def download_corpus(dest: Path, url: str = CORPUS_URL, timeout: float = 60.0) -> Path:
+    """Download the corpus to ``dest`` atomically (temporary file, checksum, rename)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tiny-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+            while chunk := resp.read(1 << 16):
+                out.write(chunk)
+        digest = _sha256(Path(tmp))
+        if digest != CORPUS_SHA256:
+            raise DataError(
+                f"downloaded corpus from {url} has SHA-256 {digest}, expected {CORPUS_SHA256}; "
+                "set CATLIB_DATA to a verified copy of tiny.txt")
+        os.replace(tmp, dest)
+    except OSError as e:  # network errors are OSError subclasses (URLError)
+        raise DataError(
+            f"could not download the corpus from {url} ({e}); "
+            "set CATLIB_DATA or pass --data with the path of tiny.txt") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest
+
+
+def corpus_path(path: str | os.PathLike | None = None, download: bool = True) -> Path:
+    """Find (or download) the corpus file and verify its SHA-256; return its path.
+
+    Raises DataError with a one-line message when the file is missing, unreadable or corrupt.
+    """
+    if path is not None:
+        source, p = "the given path", Path(path)
+    elif os.environ.get("CATLIB_DATA"):
+        source, p = "CATLIB_DATA", Path(os.environ["CATLIB_DATA"])
+    else:
+        source, p = "the cache", cache_dir() / "tiny.txt"
+        if not p.exists():
+            if not download:
+                raise DataError(f"corpus not found at {p}; set CATLIB_DATA to the path of tiny.txt")
+            download_corpus(p)
+    p = p.expanduser()
+    if not p.is_file():
+        raise DataError(f"corpus not found at {p} ({source}); "
+                        "point CATLIB_DATA or --data to the Tiny Shakespeare tiny.txt")
+    try:
+        digest = _sha256(p)
+    except OSError as e:
+        raise DataError(f"cannot read the corpus at {p} ({e.strerror}); check its permissions") from None
+    if digest != CORPUS_SHA256:
+        fix = ("delete it to download a fresh copy" if source == "the cache"
+               else "point CATLIB_DATA or --data to an unmodified copy of tiny.txt")
+        raise DataError(f"corpus at {p} has SHA-256 {digest[:16]}..., expected "
+                        f"{CORPUS_SHA256[:16]}... (corrupt or a different file); {fix}")
+    return p
+
+
+class Vocab:
+    """Character vocabulary: the sorted distinct characters of the whole text."""
+
+    def __init__(self, text: str):
+        self.chars = sorted(set(text))
+        self.stoi = {c: i for i, c in enumerate(self.chars)}
+
+    def __len__(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> torch.Tensor:
+        """str of length N -> int64 tensor [N]. Unknown characters raise ValueError."""
+        try:
+            return torch.tensor([self.stoi[c] for c in text], dtype=torch.int64)
+        except KeyError as e:
+            raise ValueError(f"character {e.args[0]!r} is not in the vocabulary") from None
+
+    def decode(self, ids) -> str:
+        """int tensor/sequence [N] -> str of length N."""
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+@dataclass
+class Corpus:
+    """The corpus with the published split. ``train`` [50000] and ``val`` [N - 50000], int64."""
+    text: str
+    vocab: Vocab
+    ids: torch.Tensor
+    train: torch.Tensor
+    val: torch.Tensor
+    path: Path
+    sha256: str = CORPUS_SHA256
+
+
+def load_corpus(path: str | os.PathLike | None = None, download: bool = True) -> Corpus:
+    """Locate, verify and encode the corpus; split ids[:50000] / ids[50000:]."""
+    p = corpus_path(path, download=download)
+    text = p.read_text(encoding="utf-8")
+    vocab = Vocab(text)
+    ids = torch.from_numpy(np.array([vocab.stoi[c] for c in text], dtype=np.int64))
+    return Corpus(text, vocab, ids, ids[:TRAIN_CHARS], ids[TRAIN_CHARS:], p)
+
+
+class BatchSampler:
+    """The published batch sampler, with a state that can be saved and restored.
+
+    Each call draws ``starts = default_rng(seed).choice(len(data) - seq - 1, size=batch)``
+    (B random start indices in [0, len(data) - seq - 1)), takes the windows
+    ``data[s : s + seq + 1]`` and returns ``x = w[:, :-1]``, ``y = w[:, 1:]``,
+    both int64 [batch, seq].
+    """
+
+    def __init__(self, data: torch.Tensor, batch: int, seq: int, seed: int = 0):
+        if batch < 1 or seq < 1:
+            raise ValueError(f"batch and seq must be positive, got batch={batch}, seq={seq}")
+        if len(data) - seq - 1 < 1:
+            raise ValueError(f"seq={seq} is too long for {len(data)} training tokens; "
+                             f"use seq <= {len(data) - 2}")
+        self.data, self.batch, self.seq = data, batch, seq
+        self.rng = np.random.default_rng(seed)
+
+    def starts(self) -> np.ndarray:
+        """Draw the next B start indices (int64 [B]); advances the generator."""
+        return self.rng.choice(len(self.data) - self.seq - 1, size=self.batch)
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.from_numpy(self.starts())[:, None] + torch.arange(self.seq + 1)
+        w = self.data[idx]  # [B, seq + 1]
+        return w[:, :-1], w[:, 1:]
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]

@@ -1,0 +1,115 @@
+"""Kernel2D: one head's attention kernel W(s, t) in a truncated spectral basis.
+
+W(s, t) = softplus(log_scale) * sum_kl C[k, l] phi_k(s) phi_l(t), made
+row-stochastic by a softmax over the integration nodes. The functions here
+work on a stack of heads at once (coefficients ``[h, n, n]``); ``Kernel2D``
+is the per-head module whose parameter names match the published checkpoints.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .bases import BASIS_NAMES, basis
+from .config import PENALTIES
+from .quadrature import gauss_legendre
+
+
+def kernel_logits(coeffs: torch.Tensor, log_scale: torch.Tensor,
+                  phi_s: torch.Tensor, phi_t: torch.Tensor) -> torch.Tensor:
+    """Unnormalised kernel W for a stack of heads.
+
+    Args:
+        coeffs: ``[h, n, n]``; log_scale: ``[h, 1]``.
+        phi_s: basis at the query positions, ``[n, S]``.
+        phi_t: basis at the nodes, ``[n, Q]`` (shared by all queries) or
+            ``[n, S, Q]`` (one set of nodes per query, the causal rule).
+    Returns:
+        ``[h, S, Q]``.
+    """
+    left = torch.einsum("ks,hkl->hsl", phi_s, coeffs)           # [h, S, n]
+    if phi_t.dim() == 2:
+        w = left @ phi_t                                          # [h, S, Q]
+    else:
+        w = torch.einsum("hsl,lsq->hsq", left, phi_t)
+    return F.softplus(log_scale)[:, :, None] * w
+
+
+def published_penalty(coeffs: torch.Tensor) -> torch.Tensor:
+    """sum_kl (2 pi)^4 (k^2 + l^2)^2 C_kl^2 over all heads (the published formula, any basis)."""
+    n = coeffs.shape[-1]
+    k = torch.arange(n, dtype=coeffs.dtype, device=coeffs.device)
+    weights = (2 * math.pi) ** 4 * (k[:, None] ** 2 + k[None, :] ** 2) ** 2
+    return (weights * coeffs ** 2).sum()
+
+
+def exact_penalty(coeffs: torch.Tensor, basis_name: str) -> torch.Tensor:
+    """Integral over [0,1]^2 of (Laplacian of sum_kl C_kl phi_k(s) phi_l(t))^2, summed over heads.
+
+    With Gram matrices G0 = <phi_k, phi_m>, G1 = <phi_k'', phi_m>, G2 = <phi_k'', phi_m''>:
+    |Lap W|^2 = tr(G2 C G0 C^T) + tr(G0 C G2 C^T) + 2 sum C_kl C_mn G1_km G1_nl.
+    """
+    g0, g1, g2 = (g.to(coeffs) for g in _gram_matrices(basis_name, coeffs.shape[-1]))
+    c = coeffs
+    ss = torch.einsum("km,hkl,ln,hmn->", g2, c, g0, c)
+    tt = torch.einsum("km,hkl,ln,hmn->", g0, c, g2, c)
+    st = torch.einsum("km,hkl,nl,hmn->", g1, c, g1, c)
+    return ss + tt + 2 * st
+
+
+@lru_cache(maxsize=None)
+def _gram_matrices(basis_name: str, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # Gauss-Legendre in float64 with far more nodes than the highest frequency
+    # or degree needs: exact for the polynomials, to rounding for the cosines.
+    t, w = gauss_legendre(8 * n + 64)
+    p0, p2 = basis(basis_name, t, n), basis(basis_name, t, n, deriv=2)
+    gram = lambda a, b: (a * w) @ b.T  # noqa: E731  [n, n]
+    return gram(p0, p0), gram(p2, p0), gram(p2, p2)
+
+
+def sobolev_penalty(coeffs: torch.Tensor, basis_name: str, kind: str) -> torch.Tensor:
+    """The Sobolev penalty of a stack of heads: ``kind`` is "published" or "exact"."""
+    if kind == "published":
+        return published_penalty(coeffs)
+    if kind == "exact":
+        return exact_penalty(coeffs, basis_name)
+    raise ValueError(f"penalty must be one of {list(PENALTIES)}, got {kind!r}")
+
+
+class Kernel2D(nn.Module):
+    """One head's kernel. Parameters ``coeffs [n, n]`` (init 0.01 N(0,1)) and ``log_scale [1]`` (init 0).
+
+    Args:
+        n_freq: n, basis functions per axis.
+        basis: "fourier", "cosine" (half-range) or "cheb".
+        penalty: "published" (biharmonic weights) or "exact".
+    """
+
+    def __init__(self, n_freq: int, basis: str = "fourier", penalty: str = "published"):
+        super().__init__()
+        if not isinstance(n_freq, int) or n_freq < 1:
+            raise ValueError(f"n_freq must be an integer >= 1, got {n_freq!r}")
+        if basis not in BASIS_NAMES:
+            raise ValueError(f"basis must be one of {list(BASIS_NAMES)}, got {basis!r}")
+        if penalty not in PENALTIES:
+            raise ValueError(f"penalty must be one of {list(PENALTIES)}, got {penalty!r}")
+        self.n_freq, self.basis, self.penalty = n_freq, basis, penalty
+        self.coeffs = nn.Parameter(0.01 * torch.randn(n_freq, n_freq))
+        self.log_scale = nn.Parameter(torch.zeros(1))
+
+    def forward(self, s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Row-stochastic kernel: ``s [S]``, ``t [Q]`` -> softmax over t of W(s, t), ``[S, Q]``."""
+        phi_s = basis(self.basis, s.to(self.coeffs.dtype), self.n_freq)
+        phi_t = basis(self.basis, t.to(self.coeffs.dtype), self.n_freq)
+        w = kernel_logits(self.coeffs[None], self.log_scale[None], phi_s, phi_t)[0]
+        return torch.softmax(w, dim=-1)
+
+    def sobolev_penalty(self) -> torch.Tensor:
+        return sobolev_penalty(self.coeffs[None], self.basis, self.penalty)
+
+    def extra_repr(self) -> str:
+        return f"n_freq={self.n_freq}, basis={self.basis!r}, penalty={self.penalty!r}"

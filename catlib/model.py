@@ -1,0 +1,103 @@
+"""CAT: embedding, K continuous-depth blocks, projection to the vocabulary.
+
+Each block is an ODE dh/dtau = f(h) on tau in [0, 1] with
+f(h) = FF(LayerNorm(h + attention(h))), FF = Linear(D, 4D), GELU, Linear(4D, D).
+Module and parameter names follow the published script, so its checkpoints load as they are.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .attention import AttentionPlan, ContinuousAttention
+from .config import CATConfig
+from .solvers import integrate
+
+
+class Block(nn.Module):
+    """One CAT block (the published ``ODEFunc``): the right-hand side of the depth ODE."""
+
+    def __init__(self, cfg: CATConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.attn = ContinuousAttention(
+            d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.quad_nodes, cfg.dropout,
+            causal=cfg.causal, normalised_integral=cfg.normalised_integral,
+            half_range_cosine=cfg.half_range_cosine, penalty=cfg.penalty,
+            dropout_inside=cfg.dropout_in_dynamics)
+        self.norm = nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def rhs(self, h: torch.Tensor, plan: AttentionPlan | None = None) -> torch.Tensor:
+        """f(h) for ``h [B, T, D]``."""
+        return self.ff(self.norm(h + self.attn(h, plan)))
+
+
+class _PlannedDynamics(nn.Module):
+    """A block's dynamics with the attention plan of one solve bound in (the ODE ``func``)."""
+
+    def __init__(self, block: Block, plan: AttentionPlan):
+        super().__init__()
+        self.block, self.plan = block, plan
+
+    def forward(self, t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return self.block.rhs(h, self.plan)
+
+    def adjoint_params(self) -> tuple[torch.Tensor, ...]:
+        # Kernel coefficients act only through the plan: the adjoint takes the
+        # plan's gradient, and autograd carries it back to the coefficients once.
+        own = [p for name, p in self.block.named_parameters() if ".kernels." not in name]
+        return tuple(own) + self.plan.grad_tensors()
+
+
+class CAT(nn.Module):
+    """Continuous Attention Transformer.
+
+    ``forward(tokens [B, T] int64, penalty=True)`` returns ``(logits [B, T, V],
+    sob_lambda * summed Sobolev penalty of all heads)`` (a zero tensor when
+    ``penalty`` is false). ``nfe`` holds the function evaluations of the last
+    pass, summed over blocks: ``{"forward": int, "backward": int}``; the
+    backward count grows while ``loss.backward()`` runs the adjoint.
+    """
+
+    def __init__(self, config: CATConfig):
+        super().__init__()
+        self.config = cfg = config.resolved()
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.blocks))
+        self.proj = nn.Linear(cfg.d_model, cfg.vocab_size)
+        # Corrected variant: dropout after each block instead of inside its dynamics.
+        self.block_dropout = (nn.Identity() if cfg.dropout_in_dynamics
+                              else nn.Dropout(cfg.dropout))
+        self._counters: list = []
+
+    @property
+    def nfe(self) -> dict[str, int]:
+        return {"forward": sum(c.nfe_forward for c in self._counters),
+                "backward": sum(c.nfe_backward for c in self._counters)}
+
+    def solve_options(self) -> dict:
+        cfg = self.config
+        return dict(rtol=cfg.rtol, atol=cfg.atol, adjoint=cfg.adjoint and torch.is_grad_enabled(),
+                    adjoint_seminorm=cfg.adjoint_seminorm, steps=cfg.steps, max_steps=cfg.max_steps)
+
+    def forward(self, tokens: torch.Tensor, penalty: bool = True):
+        if tokens.dim() != 2 or tokens.shape[1] < 1:
+            raise ValueError(f"tokens must be [B, T] with T >= 1, got shape {tuple(tokens.shape)}")
+        h = self.embed(tokens)
+        self._counters = []
+        options = self.solve_options()
+        for block in self.blocks:
+            dynamics = _PlannedDynamics(block, block.attn.plan(tokens.shape[1], h.device, h.dtype))
+            h, counter = integrate(dynamics, h, self.config.solver,
+                                   adjoint_params=dynamics.adjoint_params(), **options)
+            self._counters.append(counter)
+            h = self.block_dropout(h)
+        logits = self.proj(h)
+        if not penalty:
+            return logits, logits.new_zeros(())
+        return logits, self.config.sob_lambda * self.sobolev_penalty()
+
+    def sobolev_penalty(self) -> torch.Tensor:
+        """Sum over blocks and heads of the kernels' Sobolev penalties (without sob_lambda)."""
+        return sum(block.attn.sobolev_penalty() for block in self.blocks)

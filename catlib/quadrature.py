@@ -1,0 +1,50 @@
+"""Gauss-Legendre quadrature and the interpolation of token sequences at nodes."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def gauss_legendre(q: int, a: float = 0.0, b: float = 1.0,
+                   dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nodes and weights of the q-point Gauss-Legendre rule on [a, b].
+
+    Exact for polynomials of degree <= 2q - 1. Computed in float64 (numpy
+    ``leggauss``, as the published code) and then cast to ``dtype``.
+    Returns ``(nodes [q], weights [q])``.
+    """
+    if not isinstance(q, int) or q < 1:
+        raise ValueError(f"quad_nodes (q) must be an integer >= 1, got {q!r}")
+    x, w = np.polynomial.legendre.leggauss(q)
+    half = (b - a) / 2.0
+    nodes = torch.from_numpy(a + (x + 1.0) * half).to(dtype)
+    weights = torch.from_numpy(w * half).to(dtype)
+    return nodes, weights
+
+
+def interpolation_stencil(positions: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Linear interpolation between neighbouring tokens at continuous positions.
+
+    A token sequence of ``length`` T sits at t_j = j / (T - 1). For positions
+    p in [0, 1], f = p (T - 1), i0 = floor(f), a = f - i0, and
+    v(p) = (1 - a) v[i0] + a v[i0 + 1].
+
+    Returns ``(i0, a)``, both shaped like ``positions``; i0 + 1 is clamped to
+    T - 1 (where it is clamped, a = 0, so the value is unchanged).
+    """
+    f = positions * (length - 1)
+    i0 = torch.floor(f).long().clamp(0, max(length - 2, 0))
+    a = f - i0.to(f.dtype)
+    return i0, a
+
+
+def interpolate(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Piecewise-linear interpolant of ``values [B, T, D]`` at ``positions [P]`` in [0, 1].
+
+    Returns ``[B, P, D]``.
+    """
+    length = values.shape[1]
+    i0, a = interpolation_stencil(positions, length)
+    i1 = (i0 + 1).clamp(max=length - 1)
+    a = a.to(values.dtype)[None, :, None]
+    return (1 - a) * values[:, i0] + a * values[:, i1]

@@ -1,0 +1,136 @@
+"""Depth solvers: integrate dh/dtau = f(h) from tau = t0 to t1, chosen by name.
+
+``SOLVERS`` maps a name to a function ``solve(func, y0, t0, t1, options) -> y1``:
+
+- ``dopri5``: torchdiffeq's adaptive Dormand-Prince, through the adjoint or by
+  direct backpropagation (the published CPU/CUDA path);
+- ``rk4-classic``: classical RK4 (weights 1/6, 1/3, 1/3, 1/6) with a fixed
+  number of equal steps, the published MPS integrator. torchdiffeq's own
+  ``rk4`` is the 3/8 rule and differs;
+- ``euler``: forward Euler with a fixed number of steps.
+
+Every solve counts its function evaluations (NFE), forward and backward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn as nn
+from torchdiffeq import odeint, odeint_adjoint
+
+
+@dataclass
+class SolveOptions:
+    """Settings of one solve. ``steps`` is for fixed-step solvers; ``max_steps`` caps dopri5."""
+
+    rtol: float = 1e-7
+    atol: float = 1e-9
+    adjoint: bool = True
+    adjoint_seminorm: bool = False
+    steps: int = 4
+    max_steps: int | None = None
+    adjoint_params: Sequence[torch.Tensor] | None = None
+
+
+class CountedDynamics(nn.Module):
+    """Wraps dynamics ``func(t, y)`` and counts its evaluations.
+
+    Calls made while the forward solve runs count as ``nfe_forward``; calls
+    made afterwards (the adjoint's backward solve) count as ``nfe_backward``.
+    Direct backpropagation replays the recorded graph and calls nothing.
+    """
+
+    def __init__(self, func: Callable):
+        super().__init__()
+        self.func = func
+        self.nfe_forward = 0
+        self.nfe_backward = 0
+        self.in_forward_solve = True
+
+    def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.in_forward_solve:
+            self.nfe_forward += 1
+        else:
+            self.nfe_backward += 1
+        return self.func(t, y)
+
+
+def _dopri5(func, y0, t0, t1, opt: SolveOptions):
+    times = torch.tensor([t0, t1], dtype=_time_dtype(y0), device=y0.device)
+    options = {"dtype": _time_dtype(y0)}
+    if opt.max_steps is not None:
+        options["max_num_steps"] = opt.max_steps
+    kwargs = dict(rtol=opt.rtol, atol=opt.atol, method="dopri5", options=options)
+    if opt.adjoint:
+        adjoint_options = {"norm": "seminorm"} if opt.adjoint_seminorm else None
+        params = opt.adjoint_params
+        return odeint_adjoint(func, y0, times, adjoint_options=adjoint_options,
+                              adjoint_params=None if params is None else tuple(params), **kwargs)[-1]
+    return odeint(func, y0, times, **kwargs)[-1]
+
+
+def _time_dtype(y0: torch.Tensor) -> torch.dtype:
+    # torchdiffeq keeps time in float64, which MPS cannot hold.
+    if y0.device.type == "mps":
+        if y0.dtype == torch.float64:
+            raise ValueError("float64 is not supported on MPS; use float32 (model.float()) or another device")
+        return torch.float32
+    return torch.float64
+
+
+def _fixed_step(step: Callable):
+    def solve(func, y0, t0, t1, opt: SolveOptions):
+        dt = (t1 - t0) / opt.steps
+        y = y0
+        for i in range(opt.steps):
+            y = step(func, t0 + i * dt, y, dt)
+        return y
+    return solve
+
+
+def _rk4_classic_step(func, t, y, dt):
+    k1 = func(t, y)
+    k2 = func(t + dt / 2, y + dt / 2 * k1)
+    k3 = func(t + dt / 2, y + dt / 2 * k2)
+    k4 = func(t + dt, y + dt * k3)
+    return y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+
+def _euler_step(func, t, y, dt):
+    return y + dt * func(t, y)
+
+
+SOLVERS: dict[str, Callable] = {
+    "dopri5": _dopri5,
+    "rk4-classic": _fixed_step(_rk4_classic_step),
+    "euler": _fixed_step(_euler_step),
+}
+
+
+def integrate(func: Callable, y0: torch.Tensor, solver: str = "dopri5", t0: float = 0.0,
+              t1: float = 1.0, **options) -> tuple[torch.Tensor, CountedDynamics]:
+    """Integrate ``dy/dt = func(t, y)`` from ``t0`` to ``t1``; return ``(y(t1), counter)``.
+
+    Args:
+        func: dynamics ``(t [], y [...]) -> dy [...]``; an ``nn.Module`` (or give
+            ``adjoint_params``) when the adjoint is used.
+        y0: initial state, any shape.
+        solver: a key of ``SOLVERS``.
+        options: fields of :class:`SolveOptions` (rtol, atol, adjoint,
+            adjoint_seminorm, steps, max_steps, adjoint_params).
+    The counter's ``nfe_forward`` is final on return; ``nfe_backward`` grows
+    while the adjoint runs during ``backward()``.
+    """
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {list(SOLVERS)}, got {solver!r}")
+    opt = SolveOptions(**options)
+    if opt.steps < 1:
+        raise ValueError(f"steps must be >= 1, got {opt.steps!r}")
+    counter = CountedDynamics(func)
+    if opt.adjoint_params is None and isinstance(func, nn.Module):
+        opt.adjoint_params = tuple(func.parameters())
+    y1 = SOLVERS[solver](counter, y0, t0, t1, opt)
+    counter.in_forward_solve = False
+    return y1, counter

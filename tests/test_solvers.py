@@ -1,0 +1,157 @@
+"""Depth solvers: order of accuracy, tolerances, NFE counting."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+import catlib
+from catlib.solvers import SOLVERS, integrate
+
+
+class Growth(nn.Module):
+    """dy/dt = rate * y, y(t) = y0 exp(rate t); counts its own calls."""
+
+    def __init__(self, rate=1.0):
+        super().__init__()
+        self.rate = nn.Parameter(torch.tensor(rate, dtype=torch.float64))
+        self.calls = 0
+
+    def forward(self, t, y):
+        self.calls += 1
+        return self.rate * y
+
+
+def _error(solver, steps, **kw):
+    y0 = torch.ones(3, dtype=torch.float64)
+    with torch.no_grad():
+        y1, _ = integrate(Growth(), y0, solver=solver, steps=steps, adjoint=False, **kw)
+    return float((y1 - math.e).abs().max())
+
+
+def test_registry():
+    assert {"dopri5", "rk4-classic", "euler"} <= set(SOLVERS)
+
+
+@pytest.mark.parametrize("steps", [4, 8, 16, 32])
+def test_rk4_classic_fourth_order(steps):
+    # Error ratio when halving the step: 2^4 = 16 asymptotically (14.4 at 4 -> 8 steps).
+    ratio = _error("rk4-classic", steps) / _error("rk4-classic", 2 * steps)
+    assert 14.0 < ratio < 17.0, ratio
+
+
+def test_rk4_classic_one_step_is_the_taylor_polynomial():
+    # One classical RK4 step on y' = y gives exactly 1 + h + h^2/2 + h^3/6 + h^4/24.
+    h = 0.25
+    y1, _ = integrate(Growth(), torch.ones(1, dtype=torch.float64), solver="rk4-classic",
+                      t1=h, steps=1, adjoint=False)
+    assert float(y1) == pytest.approx(1 + h + h ** 2 / 2 + h ** 3 / 6 + h ** 4 / 24, rel=1e-15)
+
+
+def test_rk4_classic_is_not_the_three_eighths_rule():
+    # On y' = t^4 one classical RK4 step is Simpson's rule: (0 + 4 (1/2)^4 + 1) / 6 = 5/24.
+    # torchdiffeq's "rk4" (the 3/8 rule) would give 11/54 instead.
+    f = lambda t, y: torch.as_tensor(t, dtype=torch.float64) ** 4 * torch.ones_like(y)  # noqa: E731
+    y1, _ = integrate(f, torch.zeros(1, dtype=torch.float64), solver="rk4-classic", steps=1,
+                      adjoint=False)
+    assert float(y1) == pytest.approx(5 / 24, rel=1e-14)
+
+
+def test_rk4_classic_uses_time_correctly():
+    # Non-autonomous: y' = cos(t) y on [0.5, 2], y = y0 exp(sin t - sin 0.5).
+    f = lambda t, y: math.cos(float(t)) * y  # noqa: E731
+    y0 = torch.full((2,), 1.5, dtype=torch.float64)
+    exact = 1.5 * math.exp(math.sin(2.0) - math.sin(0.5))
+    errs = [float((integrate(f, y0, solver="rk4-classic", t0=0.5, t1=2.0, steps=s,
+                             adjoint=False)[0] - exact).abs().max()) for s in (16, 32)]
+    assert errs[0] < 1e-6 and 15 < errs[0] / errs[1] < 18
+
+
+@pytest.mark.parametrize("steps", [4, 16])
+def test_euler_first_order(steps):
+    ratio = _error("euler", steps) / _error("euler", 2 * steps)
+    assert 1.8 < ratio < 2.1, ratio
+    # Euler's value is (1 + 1/N)^N exactly.
+    y1, _ = integrate(Growth(), torch.ones(1, dtype=torch.float64), solver="euler",
+                      steps=steps, adjoint=False)
+    assert float(y1) == pytest.approx((1 + 1 / steps) ** steps, rel=1e-14)
+
+
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_dopri5_meets_tolerance(adjoint):
+    y0 = torch.ones(3, dtype=torch.float64)
+    y1, counter = integrate(Growth(), y0, solver="dopri5", rtol=1e-7, atol=1e-9, adjoint=adjoint)
+    assert float((y1 - math.e).abs().max()) < 1e-6
+    tight, _ = integrate(Growth(), y0, solver="dopri5", rtol=1e-11, atol=1e-13, adjoint=adjoint)
+    assert float((tight - math.e).abs().max()) < 1e-9
+    assert counter.nfe_forward > 0 and counter.nfe_backward == 0
+
+
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_dopri5_gradient(adjoint):
+    func = Growth(1.0)
+    y1, counter = integrate(func, torch.ones(1, dtype=torch.float64), solver="dopri5",
+                            rtol=1e-10, atol=1e-12, adjoint=adjoint)
+    forward_calls = func.calls
+    assert counter.nfe_forward == forward_calls
+    y1.sum().backward()
+    # d/d rate of exp(rate) at rate = 1 is e.
+    assert float(func.rate.grad) == pytest.approx(math.e, rel=1e-7)
+    if adjoint:
+        assert counter.nfe_backward == func.calls - forward_calls > 0
+    else:
+        assert counter.nfe_backward == 0 and func.calls == forward_calls
+
+
+@pytest.mark.parametrize("solver,steps,expected", [
+    ("rk4-classic", 4, 16), ("rk4-classic", 1, 4), ("rk4-classic", 7, 28),
+    ("euler", 1, 1), ("euler", 4, 4), ("euler", 13, 13),
+])
+def test_fixed_step_nfe_exact(solver, steps, expected):
+    func = Growth()
+    y1, counter = integrate(func, torch.ones(2, dtype=torch.float64), solver=solver,
+                            steps=steps, adjoint=False)
+    assert counter.nfe_forward == expected == func.calls
+    y1.sum().backward()  # direct backpropagation calls nothing more
+    assert counter.nfe_backward == 0 and func.calls == expected
+
+
+def test_unknown_solver():
+    with pytest.raises(ValueError, match="solver"):
+        integrate(Growth(), torch.ones(1), solver="rk45")
+
+
+# ---- NFE as exposed by the model --------------------------------------------------
+
+def _small_cat(**kw):
+    cfg = dict(vocab_size=11, d_model=16, n_heads=2, n_freq=4, quad_nodes=8)
+    cfg.update(kw)
+    return catlib.CAT(catlib.CATConfig(**cfg))
+
+
+@pytest.mark.parametrize("solver,steps,per_block", [("rk4-classic", 4, 16), ("euler", 5, 5),
+                                                    ("rk4-classic", 2, 8)])
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_model_nfe_fixed_step(solver, steps, per_block, blocks):
+    torch.manual_seed(0)
+    model = _small_cat(solver=solver, steps=steps, blocks=blocks)
+    tokens = torch.randint(0, 11, (2, 6))
+    logits, pen = model(tokens)
+    assert model.nfe == {"forward": per_block * blocks, "backward": 0}
+    (logits.sum() + pen).backward()
+    assert model.nfe == {"forward": per_block * blocks, "backward": 0}
+    # The next forward pass resets the counts instead of accumulating them.
+    model(tokens)
+    assert model.nfe["forward"] == per_block * blocks
+
+
+def test_model_nfe_dopri5_adjoint():
+    torch.manual_seed(0)
+    model = _small_cat(solver="dopri5", adjoint=True).eval()
+    tokens = torch.randint(0, 11, (1, 5))
+    logits, pen = model(tokens)
+    nfe = model.nfe
+    assert nfe["forward"] >= 8 and (nfe["forward"] - 2) % 6 == 0 and nfe["backward"] == 0
+    logits.sum().backward()
+    assert model.nfe["forward"] == nfe["forward"] and model.nfe["backward"] > 0
