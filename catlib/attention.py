@@ -26,14 +26,23 @@ from .bases import basis
 from .kernel import Kernel2D, kernel_logits, sobolev_penalty
 from .quadrature import gauss_legendre, interpolation_stencil
 
+# Up to this length the causal operator is one dense [h, T, T] matmul (fast
+# BLAS); beyond it, a gather of 2Q neighbours per query (linear in T).
+DENSE_CAUSAL_MAX = 1024
+# Tokens x neighbours x features gathered at once on the sparse path.
+GATHER_CHUNK = 1 << 24
+
 
 @dataclass
 class AttentionPlan:
     """The hidden-state-independent part of attention at one length T.
 
-    Non-causal: ``weights [h, T, Q]`` on the shared values at the nodes,
-    ``i0, a [Q]``. Causal: ``mixing [h, T, T]``, a lower-triangular matrix
-    that maps token values straight to outputs.
+    Non-causal: ``weights [h, T, Q]`` on the values at the shared nodes,
+    interpolated with ``i0, a [Q]``. Causal, short sequences: ``mixing
+    [h, T, T]``, a lower-triangular matrix from token values to outputs.
+    Causal, long sequences (T > ``DENSE_CAUSAL_MAX``): ``weights [h, T, 2Q]``
+    on the tokens ``index [T, 2Q]``, the two interpolation neighbours of every
+    node, so that memory and time stay linear in T.
     """
 
     length: int
@@ -41,6 +50,7 @@ class AttentionPlan:
     i0: torch.Tensor | None = None
     a: torch.Tensor | None = None
     mixing: torch.Tensor | None = None
+    index: torch.Tensor | None = None
 
     def grad_tensors(self) -> tuple[torch.Tensor, ...]:
         """The tensors through which gradients reach the kernel parameters."""
@@ -96,7 +106,8 @@ class ContinuousAttention(nn.Module):
 
     def _geometry(self, length: int, device, dtype):
         """Basis values and interpolation stencils at one length, built once and cached."""
-        key = (length, device, dtype)
+        # The node buffer's version is in the key: load_state_dict copies into it in place.
+        key = (length, device, dtype, self.t_nodes._version)
         if key not in self._bases:
             s = torch.linspace(0, 1, length, device=device, dtype=dtype)   # query positions
             t = self.t_nodes.to(dtype)
@@ -136,17 +147,14 @@ class ContinuousAttention(nn.Module):
             weights = torch.softmax(w, dim=-1) * node_w
         if not self.causal:
             return AttentionPlan(length, weights=weights, i0=geo["i0"], a=geo["a"])
-        return AttentionPlan(length, mixing=self._scatter(weights, geo["i0"], geo["a"], length))
-
-    @staticmethod
-    def _scatter(weights, i0, a, length):
-        """Dense ``[h, T, T]`` matrix with out_i = sum_j M_ij v_j (two entries per node)."""
-        h = weights.shape[0]
-        i1 = (i0 + 1).clamp(max=length - 1)
-        index = torch.cat([i0, i1], dim=-1).expand(h, -1, -1)          # [h, T, 2Q]
-        src = torch.cat([weights * (1 - a), weights * a], dim=-1)
-        mixing = weights.new_zeros(h, length, length)
-        return mixing.scatter_add(-1, index, src)
+        # Each node reads two tokens: split its weight over them.
+        i0, a = geo["i0"], geo["a"]
+        index = torch.cat([i0, (i0 + 1).clamp(max=length - 1)], dim=-1)      # [T, 2Q]
+        token_w = torch.cat([weights * (1 - a), weights * a], dim=-1)       # [h, T, 2Q]
+        if length > DENSE_CAUSAL_MAX:
+            return AttentionPlan(length, weights=token_w, index=index)
+        mixing = token_w.new_zeros(token_w.shape[0], length, length)
+        return AttentionPlan(length, mixing=mixing.scatter_add(-1, index.expand_as(token_w), token_w))
 
     # -- forward ---------------------------------------------------------------
     def forward(self, x: torch.Tensor, plan: AttentionPlan | None = None) -> torch.Tensor:
@@ -157,9 +165,25 @@ class ContinuousAttention(nn.Module):
         values = self.v_proj(x).view(b, length, self.n_heads, self.head_dim)
         if plan.mixing is not None:
             out = torch.einsum("hij,bjhd->bihd", plan.mixing, values)
+        elif plan.index is not None:
+            out = self._gather_mix(plan, values)
         else:
             i1 = (plan.i0 + 1).clamp(max=length - 1)
             a = plan.a[None, :, None, None]
             at_nodes = (1 - a) * values[:, plan.i0] + a * values[:, i1]     # [B, Q, h, d]
             out = torch.einsum("hiq,bqhd->bihd", plan.weights, at_nodes)
         return self.drop(self.out_proj(out.reshape(b, length, d_model)))
+
+    @staticmethod
+    def _gather_mix(plan: AttentionPlan, values: torch.Tensor) -> torch.Tensor:
+        """Sparse causal mixing, ``values [B, T, h, d]`` -> ``[B, T, h, d]``, in chunks of queries."""
+        b, length, h, d = values.shape
+        width = plan.index.shape[1]
+        chunk = max(1, GATHER_CHUNK // max(1, b * width * h * d))
+        pieces = []
+        for start in range(0, length, chunk):
+            idx = plan.index[start:start + chunk]                          # [C, 2Q]
+            picked = values[:, idx]                                        # [B, C, 2Q, h, d]
+            w = plan.weights[:, start:start + chunk]                       # [h, C, 2Q]
+            pieces.append(torch.einsum("hck,bckhd->bchd", w, picked))
+        return torch.cat(pieces, dim=1)

@@ -29,8 +29,9 @@ def interpolation_stencil(positions: torch.Tensor, length: int) -> tuple[torch.T
     p in [0, 1], f = p (T - 1), i0 = floor(f), a = f - i0, and
     v(p) = (1 - a) v[i0] + a v[i0 + 1].
 
-    Returns ``(i0, a)``, both shaped like ``positions``; i0 + 1 is clamped to
-    T - 1 (where it is clamped, a = 0, so the value is unchanged).
+    Returns ``(i0, a)``, both shaped like ``positions``. i0 is clamped to
+    [0, T - 2], so that i0 + 1 stays in range: at p = 1 this gives i0 = T - 2,
+    a = 1, the same value. For T = 1 both indices are 0 (the caller clamps i0 + 1).
     """
     f = positions * (length - 1)
     i0 = torch.floor(f).long().clamp(0, max(length - 2, 0))

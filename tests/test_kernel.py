@@ -37,8 +37,8 @@ def test_parameters_and_init():
     kernel = Kernel2D(8, "fourier")
     assert dict((n, p.shape) for n, p in kernel.named_parameters()) == {
         "coeffs": torch.Size([8, 8]), "log_scale": torch.Size([1])}
-    assert float(kernel.log_scale) == 0.0
-    assert 0.003 < float(kernel.coeffs.std()) < 0.03  # 0.01 * N(0, 1)
+    assert float(kernel.log_scale.detach()) == 0.0
+    assert 0.003 < float(kernel.coeffs.detach().std()) < 0.03  # 0.01 * N(0, 1)
 
 
 @pytest.mark.parametrize("basis", ["fourier", "cheb"])
@@ -48,9 +48,9 @@ def test_published_penalty_formula(basis):
     c = kernel.coeffs.detach().numpy()
     expected = sum((2 * math.pi) ** 4 * (k * k + l * l) ** 2 * c[k, l] ** 2
                    for k in range(n) for l in range(n))
-    assert float(kernel.sobolev_penalty()) == pytest.approx(expected, rel=1e-12)
+    assert float(kernel.sobolev_penalty().detach()) == pytest.approx(expected, rel=1e-12)
     # Default penalty is the published one.
-    assert float(Kernel2D(n, basis).sobolev_penalty()) > 0
+    assert float(Kernel2D(n, basis).sobolev_penalty().detach()) > 0
 
 
 # ---- brute-force Laplacian energy, independent of catlib.bases ---------------------
@@ -106,7 +106,7 @@ def test_exact_penalty_is_laplacian_energy(basis):
     kernel = Kernel2D(n, basis, penalty="exact").double()
     c = kernel.coeffs.detach().numpy()
     brute = _laplacian_energy(c, basis)
-    assert float(kernel.sobolev_penalty()) == pytest.approx(brute, rel=1e-9)
+    assert float(kernel.sobolev_penalty().detach()) == pytest.approx(brute, rel=1e-9)
     # The finite-difference version confirms the analytic brute force itself.
     assert _laplacian_energy_fd(c, basis) == pytest.approx(brute, rel=2e-3)
 
@@ -117,7 +117,7 @@ def test_exact_penalty_float32(basis):
     brute = _laplacian_energy(kernel.coeffs.detach().double().numpy(), basis)
     pen = kernel.sobolev_penalty()
     assert pen.dtype == torch.float32
-    assert float(pen) == pytest.approx(brute, rel=1e-4)
+    assert float(pen.detach()) == pytest.approx(brute, rel=1e-4)
     pen.backward()
     assert kernel.coeffs.grad is not None and bool(torch.isfinite(kernel.coeffs.grad).all())
 
@@ -127,7 +127,7 @@ def test_exact_penalty_differs_from_published_for_cheb():
     kernel = Kernel2D(6, "cheb", penalty="exact").double()
     published = Kernel2D(6, "cheb", penalty="published").double()
     published.load_state_dict(kernel.state_dict())
-    a, b = float(kernel.sobolev_penalty()), float(published.sobolev_penalty())
+    a, b = float(kernel.sobolev_penalty().detach()), float(published.sobolev_penalty().detach())
     assert abs(a - b) > 0.1 * max(a, b)
 
 
@@ -139,4 +139,52 @@ def test_exact_penalty_zero_for_harmonic_expansion():
         kernel.coeffs[0, 0] = 1.0
         kernel.coeffs[1, 0] = 2.0
         kernel.coeffs[1, 1] = -3.0  # (2s-1)(2t-1): harmonic too
-    assert abs(float(kernel.sobolev_penalty())) < 1e-10
+    assert abs(float(kernel.sobolev_penalty().detach())) < 1e-10
+
+
+# ---- the corrected (causal, normalised) attention averages ------------------------
+
+@pytest.mark.parametrize("length", [1, 2, 7, 33])
+@pytest.mark.parametrize("basis", ["fourier", "cheb"])
+def test_causal_attention_of_constant_is_constant(basis, length):
+    from catlib import ContinuousAttention
+
+    attn = ContinuousAttention(8, 2, 6, basis, quad_nodes=16, dropout=0.0, causal=True,
+                               normalised_integral=True, half_range_cosine=True).eval()
+    with torch.no_grad():
+        for k in attn.kernels:
+            k.coeffs.mul_(100.0)
+            k.log_scale.fill_(2.0)
+        attn.v_proj.weight.copy_(torch.eye(8))
+        attn.out_proj.weight.copy_(torch.eye(8))
+        c = torch.randn(3, 1, 8)
+        out = attn(c.expand(3, length, 8))
+    torch.testing.assert_close(out, c.expand(3, length, 8), rtol=0, atol=1e-5)
+
+
+def test_published_attention_of_constant_is_not_constant():
+    # Defect 4: softmax, then quadrature weights: the rows sum to far less than 1.
+    from catlib import ContinuousAttention
+
+    attn = ContinuousAttention(8, 2, 6, "fourier", quad_nodes=16, dropout=0.0).eval()
+    with torch.no_grad():
+        attn.v_proj.weight.copy_(torch.eye(8))
+        attn.out_proj.weight.copy_(torch.eye(8))
+        out = attn(torch.ones(1, 5, 8))
+    assert float(out.max()) < 0.2
+
+
+@pytest.mark.parametrize("half_range,mirrored", [(False, True), (True, False)])
+def test_fourier_mirror_symmetry(half_range, mirrored):
+    # Defect 5: cos(2 pi k s) is symmetric about s = 1/2, so the published attention
+    # output at position i equals the one at T-1-i; the half-range cosine breaks this.
+    from catlib import ContinuousAttention
+
+    attn = ContinuousAttention(8, 2, 6, "fourier", quad_nodes=16, dropout=0.0,
+                               half_range_cosine=half_range).double().eval()
+    with torch.no_grad():
+        for k in attn.kernels:
+            k.coeffs.mul_(100.0)
+        out = attn(torch.randn(2, 11, 8, dtype=torch.float64))
+    gap = float((out - out.flip(1)).abs().max())
+    assert (gap < 1e-12) if mirrored else (gap > 1e-4)

@@ -1,0 +1,207 @@
+"""Causality: the output at position i may depend on tokens 0..i only.
+
+The check: for every i, a copy of the sequence whose tokens after i are
+replaced must give the same logits at positions <= i. The corrected
+(``variant="causal"``) models pass; the published ones leak (defect 1).
+"""
+
+import math
+
+import pytest
+import torch
+
+import catlib
+
+V = 17
+SIZES = dict(vocab_size=V, d_model=32, n_heads=4, n_freq=8, quad_nodes=16)
+LENGTHS = [1, 2, 7, 33]
+BASES = ["fourier", "cheb"]
+
+
+def _cat(variant, basis, solver="rk4-classic", **kw):
+    torch.manual_seed(0)
+    return catlib.CAT(catlib.CATConfig(**SIZES, variant=variant, basis=basis, solver=solver,
+                                       **kw)).eval()
+
+
+def _baseline(variant):
+    torch.manual_seed(0)
+    return catlib.Baseline(catlib.CATConfig(**SIZES, variant=variant)).eval()
+
+
+def _max_leak(model, length, seed=0):
+    """Largest change of logits at positions <= i when tokens after i change, over all i."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randint(0, V, (1, length), generator=g)
+    # Row i keeps tokens 0..i and replaces the rest (shifted by a nonzero offset).
+    rows = base.repeat(length, 1)
+    for i in range(length):
+        rows[i, i + 1:] = (rows[i, i + 1:] + torch.randint(1, V, (length - i - 1,), generator=g)) % V
+    with torch.no_grad():
+        ref_logits, _ = model(base)
+        # One sequence at a time: batch-mates must not matter either (see the dopri5 test).
+        worst = 0.0
+        for i in range(length):
+            logits, _ = model(rows[i:i + 1])
+            worst = max(worst, float((logits[0, :i + 1] - ref_logits[0, :i + 1]).abs().max()))
+    return worst
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("basis", BASES)
+def test_causal_cat(basis, length):
+    assert _max_leak(_cat("causal", basis), length) < 1e-6
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_causal_baseline(length):
+    assert _max_leak(_baseline("causal"), length) < 1e-6
+
+
+@pytest.mark.parametrize("length", [2, 7, 33])
+@pytest.mark.parametrize("basis", BASES)
+def test_published_cat_leaks(basis, length):
+    assert _max_leak(_cat("published", basis), length) > 1e-4
+
+
+@pytest.mark.parametrize("length", [2, 7, 33])
+def test_published_baseline_leaks(length):
+    assert _max_leak(_baseline("published"), length) > 1e-4
+
+
+@pytest.mark.parametrize("basis", BASES)
+def test_causal_cat_batch_rows_independent(basis):
+    # Fixed-step solvers treat each batch row on its own: batching changes nothing.
+    model = _cat("causal", basis)
+    tokens = torch.randint(0, V, (3, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        together, _ = model(tokens)
+        alone = torch.cat([model(tokens[b:b + 1])[0] for b in range(3)])
+    assert float((together - alone).abs().max()) < 1e-6
+
+
+def test_causal_cat_dopri5_leaks_only_at_solver_tolerance():
+    # dopri5 picks its steps from an error norm over the whole state, future positions
+    # included: the causal model is causal only up to the solver tolerance.
+    leak = _max_leak(_cat("causal", "fourier", solver="dopri5"), 7)
+    print(f"\n[causality] causal CAT under dopri5 (rtol 1e-7): max leak {leak:.3e}")
+    assert leak < 1e-5
+
+
+# ---- the causal operator against its definition, loop by loop -----------------------
+
+def _phi(basis, t, n):
+    k = torch.arange(n, dtype=torch.float64)[:, None]
+    if basis == "cosine":
+        return torch.cos(math.pi * k * t[None]) / math.sqrt(n)
+    if basis == "fourier":
+        return torch.cos(2 * math.pi * k * t[None]) / math.sqrt(n)
+    x = 2 * t - 1
+    rows = [torch.ones_like(x), x]
+    for _ in range(2, n):
+        rows.append(2 * x * rows[-1] - rows[-2])
+    return torch.stack(rows[:n]) / math.sqrt(n)
+
+
+def _causal_attention_loop(attn, x, basis):
+    """out(s_i) = sum_q k(s_i, t_q) v(t_q) over the rule mapped to [0, s_i], normalised."""
+    B, T, D = x.shape
+    h = len(attn.kernels)
+    d = D // h
+    nodes, weights = attn.t_nodes.double(), attn.t_w.double()
+    values = x @ attn.v_proj.weight.T
+    out = torch.zeros(B, T, D, dtype=torch.float64)
+    for i in range(T):
+        s = i / (T - 1) if T > 1 else 0.0
+        for j, kernel in enumerate(attn.kernels):
+            scale = torch.nn.functional.softplus(kernel.log_scale.double())
+            num = torch.zeros(B, d, dtype=torch.float64)
+            den = 0.0
+            for q in range(len(nodes)):
+                t = s * nodes[q]
+                w = scale * (_phi(basis, torch.tensor([s], dtype=torch.float64), kernel.n_freq).T
+                             @ kernel.coeffs.double()
+                             @ _phi(basis, t.reshape(1), kernel.n_freq))
+                f = float(t) * (T - 1)
+                i0 = min(int(math.floor(f)), max(T - 2, 0))
+                a = f - i0
+                v = (1 - a) * values[:, i0, j * d:(j + 1) * d]
+                if T > 1:
+                    v = v + a * values[:, i0 + 1, j * d:(j + 1) * d]
+                # The interval length s cancels between numerator and denominator.
+                e = float(torch.exp(w)) * float(weights[q])
+                num += e * v
+                den += e
+            out[:, i, j * d:(j + 1) * d] = num / den
+    return out @ attn.out_proj.weight.double().T
+
+
+@pytest.mark.parametrize("length", [1, 2, 9])
+@pytest.mark.parametrize("basis", BASES)
+def test_causal_attention_matches_definition(basis, length):
+    torch.manual_seed(0)
+    attn = catlib.ContinuousAttention(16, 2, 5, basis, quad_nodes=6, dropout=0.0, causal=True,
+                                      normalised_integral=True,
+                                      half_range_cosine=True).double().eval()
+    with torch.no_grad():
+        for k in attn.kernels:
+            k.coeffs.mul_(50.0)  # a kernel far from flat
+        x = torch.randn(2, length, 16, dtype=torch.float64)
+        out = attn(x)
+        expected = _causal_attention_loop(attn, x, "cosine" if basis == "fourier" else basis)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+
+
+# ---- the sparse (gather) path used for long sequences -------------------------------
+
+def _causal_attention(basis, seed=0):
+    torch.manual_seed(seed)
+    attn = catlib.ContinuousAttention(16, 2, 5, basis, quad_nodes=6, dropout=0.0, causal=True,
+                                      normalised_integral=True,
+                                      half_range_cosine=True).double().eval()
+    with torch.no_grad():
+        for k in attn.kernels:
+            k.coeffs.mul_(50.0)
+    return attn
+
+
+@pytest.mark.parametrize("length", [1, 2, 9])
+@pytest.mark.parametrize("basis", BASES)
+def test_sparse_causal_path_matches_definition(basis, length, monkeypatch):
+    import catlib.attention
+
+    monkeypatch.setattr(catlib.attention, "DENSE_CAUSAL_MAX", 0)
+    monkeypatch.setattr(catlib.attention, "GATHER_CHUNK", 64)  # several chunks
+    attn = _causal_attention(basis)
+    x = torch.randn(2, length, 16, dtype=torch.float64)
+    with torch.no_grad():
+        assert attn.plan(length).mixing is None  # really the sparse path
+        out = attn(x)
+        expected = _causal_attention_loop(attn, x, "cosine" if basis == "fourier" else basis)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("basis", BASES)
+def test_sparse_and_dense_paths_agree_past_the_threshold(basis, monkeypatch):
+    import catlib.attention
+
+    length = catlib.attention.DENSE_CAUSAL_MAX + 77
+    attn = _causal_attention(basis, seed=1)
+    x = torch.randn(1, length, 16, dtype=torch.float64, requires_grad=True)
+    sparse = attn(x)
+    assert attn.plan(length).mixing is None
+    g_sparse = torch.autograd.grad(sparse.square().sum(), [x, attn.kernels[0].coeffs])
+    monkeypatch.setattr(catlib.attention, "DENSE_CAUSAL_MAX", 10 ** 9)
+    dense = attn(x)
+    g_dense = torch.autograd.grad(dense.square().sum(), [x, attn.kernels[0].coeffs])
+    torch.testing.assert_close(sparse, dense, rtol=1e-12, atol=1e-12)
+    for a, b in zip(g_sparse, g_dense):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("basis", BASES)
+def test_causal_cat_sparse_path(basis, monkeypatch):
+    import catlib.attention
+
+    monkeypatch.setattr(catlib.attention, "DENSE_CAUSAL_MAX", 0)
+    assert _max_leak(_cat("causal", basis), 33) < 1e-6

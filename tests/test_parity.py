@@ -1,0 +1,182 @@
+"""catlib's published mode against the loop-by-loop reference of ALGORITHM.md.
+
+Both run in eval mode (dropout off): in train mode the two draw different
+dropout masks, so train-mode parity cannot be tested. Run with ``-s`` to see
+the measured differences.
+"""
+
+import pytest
+import torch
+
+import catlib
+import reference_published as ref
+
+V = 65
+SMALL = dict(d_model=32, n_heads=4, n_freq=8)
+SOLVERS = ["dopri5", "rk4-classic"]
+BASES = ["fourier", "cheb"]
+
+
+def _build(basis, solver, seed=0, blocks=2, **sizes):
+    sizes = {**SMALL, **sizes}
+    torch.manual_seed(seed)
+    reference = ref.CAT(V, sizes["d_model"], sizes["n_heads"], sizes["n_freq"], blocks=blocks,
+                        basis=basis, solver=solver).eval()
+    model = catlib.load_published(reference.state_dict(), basis=basis, solver=solver).eval()
+    return reference, model
+
+
+def _tokens(batch, length, seed=1):
+    return torch.randint(0, V, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _report(name, value):
+    print(f"\n[parity] {name}: {value:.3e}")
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("basis", BASES)
+def test_logits_and_penalty(basis, solver):
+    reference, model = _build(basis, solver)
+    assert model.config.variant == "published" and model.config.basis == basis
+    assert model.config.solver == solver and model.config.blocks == 2
+    tokens = _tokens(3, 16)
+    with torch.no_grad():
+        ref_logits, ref_pen = reference(tokens)
+        logits, pen = model(tokens)
+    diff = float((logits - ref_logits).abs().max())
+    _report(f"{basis}/{solver} logits max|diff| (B=3, T=16, 2 blocks)", diff)
+    assert logits.shape == ref_logits.shape == (3, 16, V)
+    assert diff < 1e-5
+    torch.testing.assert_close(pen, ref_pen, rtol=1e-6, atol=0)
+    _report(f"{basis}/{solver} penalty rel diff", float(((pen - ref_pen) / ref_pen).abs()))
+    if solver == "rk4-classic":
+        assert model.nfe["forward"] == sum(b.nfe for b in reference.blocks) == 2 * 16
+    else:
+        print(f"[parity] {basis}/dopri5 NFE catlib {model.nfe['forward']}, "
+              f"reference {sum(b.nfe for b in reference.blocks)}")
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("basis", BASES)
+def test_logits_float64(basis, solver):
+    # In float64 the two implementations agree to rounding: the same algorithm, not
+    # merely a close one (dopri5 takes the same steps in both).
+    reference, model = _build(basis, solver)
+    reference, model = reference.double(), model.double()
+    tokens = _tokens(3, 16)
+    with torch.no_grad():
+        ref_logits, ref_pen = reference(tokens)
+        logits, pen = model(tokens)
+    diff = float((logits - ref_logits).abs().max())
+    _report(f"{basis}/{solver} float64 logits max|diff|", diff)
+    assert logits.dtype == torch.float64 and diff < 1e-12
+    torch.testing.assert_close(pen, ref_pen, rtol=1e-14, atol=0)
+    assert model.nfe["forward"] == sum(b.nfe for b in reference.blocks)
+
+
+@pytest.mark.parametrize("basis", BASES)
+def test_penalty_off(basis):
+    reference, model = _build(basis, "rk4-classic", blocks=1)
+    with torch.no_grad():
+        logits, pen = model(_tokens(1, 5), penalty=False)
+        ref_logits, _ = reference(_tokens(1, 5), penalty=False)
+    assert float(pen) == 0.0
+    assert float((logits - ref_logits).abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize("basis,solver", [("fourier", "dopri5"), ("cheb", "rk4-classic"),
+                                          ("cheb", "dopri5"), ("fourier", "rk4-classic")])
+def test_published_length_128(basis, solver):
+    # T = 128 with Q = 64: every node falls into its own token interval, the regime of the
+    # published training windows.
+    reference, model = _build(basis, solver, seed=2, blocks=1, d_model=64, n_heads=8, n_freq=16)
+    tokens = _tokens(2, 128, seed=3)
+    with torch.no_grad():
+        ref_logits, ref_pen = reference(tokens)
+        logits, pen = model(tokens)
+    diff = float((logits - ref_logits).abs().max())
+    _report(f"{basis}/{solver} logits max|diff| (D=64, h=8, n=16, T=128)", diff)
+    assert diff < 1e-5
+    torch.testing.assert_close(pen, ref_pen, rtol=1e-6, atol=0)
+
+
+def test_published_default_size():
+    # The published defaults (D=128, h=8, n=32, Q=64), one window of 128, MPS path.
+    torch.manual_seed(4)
+    reference = ref.CAT(V, 128, 8, 32, blocks=1, basis="fourier", solver="rk4-classic").eval()
+    model = catlib.load_published(reference.state_dict(), basis="fourier",
+                                  solver="rk4-classic").eval()
+    cfg = model.config
+    assert (cfg.d_model, cfg.n_heads, cfg.n_freq, cfg.quad_nodes, cfg.vocab_size) == (128, 8, 32, 64, V)
+    tokens = _tokens(1, 128, seed=5)
+    with torch.no_grad():
+        ref_logits, ref_pen = reference(tokens)
+        logits, pen = model(tokens)
+    diff = float((logits - ref_logits).abs().max())
+    _report("fourier/rk4-classic logits max|diff| (published default size, T=128)", diff)
+    assert diff < 1e-5
+    torch.testing.assert_close(pen, ref_pen, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("basis", BASES)
+def test_gradients(basis, solver):
+    # Eval mode (no dropout), so the backward passes are comparable. catlib's adjoint
+    # differentiates through hoisted kernel weights; the reference through the
+    # coefficients directly: the gradients must still agree.
+    reference, model = _build(basis, solver, blocks=1)
+    tokens, targets = _tokens(2, 12), _tokens(2, 12, seed=7)
+
+    def grads(m):
+        logits, pen = m(tokens)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1)) + pen
+        m.zero_grad()
+        loss.backward()
+        return {n: p.grad.clone() for n, p in m.named_parameters()}
+
+    g_ref, g = grads(reference), grads(model)
+    assert set(g) == set(g_ref)
+    worst = 0.0
+    for name in g_ref:
+        scale = float(g_ref[name].abs().max()) + 1e-12
+        worst = max(worst, float((g[name] - g_ref[name]).abs().max()) / scale)
+        torch.testing.assert_close(g[name], g_ref[name], rtol=1e-3, atol=1e-4 * scale, msg=name)
+    _report(f"{basis}/{solver} gradients max relative diff", worst)
+
+
+def test_baseline():
+    torch.manual_seed(0)
+    reference = ref.Baseline(V, 32, 4, blocks=2).eval()
+    model = catlib.load_published_baseline(reference.state_dict(), n_heads=4).eval()
+    assert model.config.blocks == 2 and model.config.n_heads == 4
+    tokens = _tokens(3, 20)
+    with torch.no_grad():
+        ref_logits = reference(tokens)
+        logits, pen = model(tokens)
+    diff = float((logits - ref_logits).abs().max())
+    _report("baseline logits max|diff|", diff)
+    assert diff < 1e-5 and float(pen) == 0.0
+
+
+def test_baseline_train_mode_drops_logits():
+    # The published baseline applies dropout to its logits: in train mode some are exactly 0.
+    torch.manual_seed(0)
+    model = catlib.load_published_baseline(ref.Baseline(V, 32, 4, blocks=1).state_dict(),
+                                           n_heads=4).train()
+    logits, _ = model(_tokens(4, 32))
+    frac = float((logits == 0).float().mean())
+    assert 0.05 < frac < 0.15
+
+
+def test_state_dict_round_trip():
+    reference, model = _build("cheb", "rk4-classic")
+    assert set(model.state_dict()) >= set(reference.state_dict())
+    for name, value in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[name], value), name
+
+
+@pytest.mark.skip(reason="train-mode parity is impossible: dropout masks come from different "
+                         "RNG call sequences in the reference and in catlib")
+def test_train_mode_parity():
+    pass
