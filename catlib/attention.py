@@ -38,7 +38,7 @@ class AttentionPlan:
     """The hidden-state-independent part of attention at one length T.
 
     Non-causal: ``weights [h, T, Q]`` on the values at the shared nodes,
-    interpolated with ``i0, a [Q]``. Causal, short sequences: ``mixing
+    which ``interp [Q, T]`` interpolates from the tokens. Causal, short sequences: ``mixing
     [h, T, T]``, a lower-triangular matrix from token values to outputs.
     Causal, long sequences (T > ``DENSE_CAUSAL_MAX``): ``weights [h, T, 2Q]``
     on the tokens ``index [T, 2Q]``, the two interpolation neighbours of every
@@ -47,8 +47,7 @@ class AttentionPlan:
 
     length: int
     weights: torch.Tensor | None = None
-    i0: torch.Tensor | None = None
-    a: torch.Tensor | None = None
+    interp: torch.Tensor | None = None
     mixing: torch.Tensor | None = None
     index: torch.Tensor | None = None
 
@@ -121,6 +120,14 @@ class ContinuousAttention(nn.Module):
             geo = dict(phi_s=basis(self.basis_name, s, self.n_freq),
                        phi_t=basis(self.basis_name, t, self.n_freq),
                        i0=i0, a=a, log_w=log_w, s=s)
+            if not self.causal:
+                # Interpolation as a [Q, T] matrix: a matmul is cheaper than a gather
+                # and its backward than a scatter.
+                i1 = (i0 + 1).clamp(max=length - 1)
+                interp = torch.zeros(len(i0), length, device=device, dtype=dtype)
+                interp.index_put_((torch.arange(len(i0), device=device), i0), 1 - a, accumulate=True)
+                interp.index_put_((torch.arange(len(i0), device=device), i1), a, accumulate=True)
+                geo["interp"] = interp
             if len(self._bases) >= 8:   # a handful of lengths at a time is all a run uses
                 self._bases.clear()
             self._bases[key] = geo
@@ -146,7 +153,7 @@ class ContinuousAttention(nn.Module):
             node_w = geo["log_w"].exp()
             weights = torch.softmax(w, dim=-1) * node_w
         if not self.causal:
-            return AttentionPlan(length, weights=weights, i0=geo["i0"], a=geo["a"])
+            return AttentionPlan(length, weights=weights, interp=geo["interp"])
         # Each node reads two tokens: split its weight over them.
         i0, a = geo["i0"], geo["a"]
         index = torch.cat([i0, (i0 + 1).clamp(max=length - 1)], dim=-1)      # [T, 2Q]
@@ -168,10 +175,9 @@ class ContinuousAttention(nn.Module):
         elif plan.index is not None:
             out = self._gather_mix(plan, values)
         else:
-            i1 = (plan.i0 + 1).clamp(max=length - 1)
-            a = plan.a[None, :, None, None]
-            at_nodes = (1 - a) * values[:, plan.i0] + a * values[:, i1]     # [B, Q, h, d]
-            out = torch.einsum("hiq,bqhd->bihd", plan.weights, at_nodes)
+            at_nodes = (plan.interp @ values.view(b, length, d_model))       # [B, Q, D]
+            out = torch.einsum("hiq,bqhd->bihd", plan.weights,
+                               at_nodes.view(b, -1, self.n_heads, self.head_dim))
         return self.drop(self.out_proj(out.reshape(b, length, d_model)))
 
     @staticmethod
