@@ -5,8 +5,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export CATLIB_DATA ?= $(abspath ../shared/data/tiny.txt)
+# Idle OpenMP threads sleep instead of spinning: on a busy machine spinning threads
+# slow small torch operations down 10-50x (kernels started by papermill/nbval inherit it).
+export OMP_WAIT_POLICY ?= PASSIVE
+# Device of `make book`: auto (CUDA, then MPS, then CPU), cpu, cuda or mps.
+DEVICE ?= auto
 
-.PHONY: venv test unit clean
+.PHONY: venv test unit clean book book-smoke nbval nbval-refs browser
 
 venv: $(STAMP)
 
@@ -21,7 +26,28 @@ $(STAMP): pyproject.toml
 unit: venv
 	$(PY) -m pytest -q tests
 
-test: unit
+# The book: papermill runs every notebook for a profile (catlib/book.py), then
+# `jupyter-book build . -W -n --keep-going`; prints the path of the first page.
+book: venv
+	$(PY) -m catlib.book --profile cpu --device $(DEVICE)
+
+book-smoke: venv
+	$(PY) -m catlib.book --profile smoke --device cpu
+
+# nbval: re-execute the smoke-profile references and compare the cells marked
+# NBVAL_CHECK_OUTPUT; `nbval-refs` regenerates the references after an intended change.
+nbval: venv
+	$(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider tests/nbval
+
+nbval-refs: venv
+	$(PY) -m catlib.book --profile smoke --device cpu --refs
+
+# Headless Chromium loads built pages: math typeset, figures loaded (skipped, with a
+# message, where /usr/bin/chromium is absent).
+browser: venv
+	$(PY) -m pytest -q -rs tests/test_book.py -k "browser or mathjax"
+
+test: unit nbval book-smoke browser
 
 clean:
-	rm -rf $(VENV) _build
+	rm -rf $(VENV) _build book/notebooks book/_generated book/figures

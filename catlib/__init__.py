@@ -3,13 +3,18 @@ from .attention import ContinuousAttention
 from .baselines import Baseline
 from .compat import load_published, load_published_baseline
 from .config import CATConfig
+from .data import load_corpus
+from .evaluate import leak_score
 from .kernel import Kernel2D
 from .model import CAT
 from .quadrature import gauss_legendre
+from .runs import open_run, train_run
 from .solvers import SOLVERS, integrate
+from .train import TrainConfig
 
 __all__ = [
     "CATConfig", "CAT", "Baseline", "Kernel2D", "ContinuousAttention",
     "gauss_legendre", "integrate", "SOLVERS", "load_published", "load_published_baseline",
+    "load_corpus", "TrainConfig", "train_run", "open_run", "leak_score",
 ]
 __version__ = "0.1.0"

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from .attention import AttentionPlan, ContinuousAttention
 from .config import CATConfig
-from .solvers import integrate
+from .solvers import CountedDynamics, integrate
 
 
 class Block(nn.Module):
@@ -89,9 +89,10 @@ class CAT(nn.Module):
         options = self.solve_options()
         for block in self.blocks:
             dynamics = _PlannedDynamics(block, block.attn.plan(tokens.shape[1], h.device, h.dtype))
-            h, counter = integrate(dynamics, h, self.config.solver,
-                                   adjoint_params=dynamics.adjoint_params(), **options)
-            self._counters.append(counter)
+            counter = CountedDynamics(dynamics)
+            self._counters.append(counter)   # before the solve: a capped solve still reports its NFE
+            h, _ = integrate(counter, h, self.config.solver,
+                             adjoint_params=dynamics.adjoint_params(), **options)
             h = self.block_dropout(h)
         logits = self.proj(h)
         if not penalty:

@@ -128,9 +128,18 @@ def integrate(func: Callable, y0: torch.Tensor, solver: str = "dopri5", t0: floa
     opt = SolveOptions(**options)
     if opt.steps < 1:
         raise ValueError(f"steps must be >= 1, got {opt.steps!r}")
-    counter = CountedDynamics(func)
-    if opt.adjoint_params is None and isinstance(func, nn.Module):
-        opt.adjoint_params = tuple(func.parameters())
-    y1 = SOLVERS[solver](counter, y0, t0, t1, opt)
+    # A caller that passes its own counter can read the count even if the solve fails.
+    counter = func if isinstance(func, CountedDynamics) else CountedDynamics(func)
+    if opt.adjoint_params is None and isinstance(counter.func, nn.Module):
+        opt.adjoint_params = tuple(counter.func.parameters())
+    try:
+        y1 = SOLVERS[solver](counter, y0, t0, t1, opt)
+    except AssertionError as e:  # torchdiffeq's way of saying max_num_steps was hit
+        if "max_num_steps" not in str(e):
+            raise
+        raise RuntimeError(
+            f"{solver} took more than max_steps={opt.max_steps} steps ({counter.nfe_forward} "
+            f"function evaluations); raise max_steps, loosen rtol/atol, or use a fixed-step "
+            f"solver") from None
     counter.in_forward_solve = False
     return y1, counter

@@ -1,0 +1,4 @@
+"""`python -m catlib`: see catlib.cli."""
+from .cli import main
+
+raise SystemExit(main())

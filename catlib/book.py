@@ -1,0 +1,482 @@
+"""The book's profiles and its papermill runner.
+
+Every notebook in ``notebooks/`` has one cell tagged ``parameters``. A *profile*
+fixes the sizes of every notebook at once; its definition lives only here, in
+:data:`PROFILES` (profile -> notebook -> parameter overrides):
+
+- ``smoke``: each notebook in under a minute on 2 CPU cores (CI, nbval references);
+- ``cpu``: the default, the whole book in under 30 minutes on 2 CPU cores; a
+  notebook's own ``parameters`` cell holds these values, so that running it by
+  hand gives the cpu profile (``tests/test_book.py`` checks they agree);
+- ``paper``: the published sizes, for a GPU.
+
+The runner executes the notebooks in :data:`PROFILES` order with papermill into
+``book/notebooks/``, records run times, environment and git commit for the
+reproducibility page, then builds the book with ``jupyter-book build . -W -n
+--keep-going``::
+
+    python -m catlib.book --profile smoke|cpu|paper --device auto|cpu|cuda|mps [--only NAME]
+
+On an error it names the notebook, the cell and the cause, keeps the notebooks
+executed before it (and the last good copy of the failing one), saves the failed
+execution as ``NAME.failed.ipynb`` and exits non-zero. ``--refs`` writes the
+nbval references (``tests/nbval/``) instead of the book's notebooks.
+
+To add a notebook: put ``notebooks/NN_name.ipynb`` (with a ``parameters`` cell
+holding ``device``, ``profile``, ``figure_dir`` and its own sizes) in every
+profile below, and ``book/notebooks/NN_name`` in ``_toc.yml``.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable
+
+# Parameters every notebook declares; the runner sets them, profiles may not.
+COMMON_PARAMETERS = ("device", "profile", "figure_dir")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+FIGURE_DIR = "book/figures"  # relative to the repository root; cross-page figures go here
+
+PROFILES: dict[str, dict[str, dict]] = {
+    "smoke": {
+        "01_spectral_kernels": dict(n_freq=12, grid=48, n_heads=2),
+        "02_quadrature": dict(n_freq=12, q_max=128, lengths=[128, 512, 1024, 5000],
+                              conv_length=64),
+        "03_sobolev_penalty": dict(n_freq=12, grid=32, fit_steps=300,
+                                   penalty_weights=[0.0, 1e-7, 1e-6, 1e-5, 1e-4, 1e-2]),
+        "04_depth_solvers": dict(d_model=32, n_heads=2, n_freq=8, seq=32, batch=2,
+                                 euler_steps=[1, 2, 4, 8], rk4_steps=[1, 2, 4],
+                                 dopri5_rtols=[1e-3, 1e-5], dropout_max_steps=60,
+                                 published_batch=2, published_max_steps=3, step_repeats=1),
+    },
+    "cpu": {
+        "01_spectral_kernels": dict(n_freq=32, grid=128, n_heads=4),
+        "02_quadrature": dict(n_freq=32, q_max=512, lengths=[128, 256, 512, 1024, 2048, 5000],
+                              conv_length=256),
+        "03_sobolev_penalty": dict(n_freq=16, grid=64, fit_steps=600,
+                                   penalty_weights=[0.0, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2]),
+        "04_depth_solvers": dict(d_model=64, n_heads=4, n_freq=16, seq=64, batch=4,
+                                 euler_steps=[1, 2, 4, 8, 16, 32], rk4_steps=[1, 2, 4, 8],
+                                 dopri5_rtols=[1e-3, 1e-5, 1e-7], dropout_max_steps=600,
+                                 published_batch=32, published_max_steps=40, step_repeats=2),
+    },
+    "paper": {
+        "01_spectral_kernels": dict(n_freq=48, grid=256, n_heads=8),
+        "02_quadrature": dict(n_freq=48, q_max=1024, lengths=[128, 256, 512, 1024, 2048, 5000],
+                              conv_length=256),
+        "03_sobolev_penalty": dict(n_freq=24, grid=96, fit_steps=1500,
+                                   penalty_weights=[0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3,
+                                                    1e-2]),
+        "04_depth_solvers": dict(d_model=128, n_heads=8, n_freq=32, seq=256, batch=8,
+                                 euler_steps=[1, 2, 4, 8, 16, 32, 64], rk4_steps=[1, 2, 4, 8, 16],
+                                 dopri5_rtols=[1e-3, 1e-5, 1e-7], dropout_max_steps=2000,
+                                 published_batch=32, published_max_steps=2000, step_repeats=3),
+    },
+}
+
+
+class BookError(RuntimeError):
+    """Bad input to the runner (profile, parameter, device, notebook name) or a failed build."""
+
+
+class NotebookFailed(BookError):
+    """A notebook raised: which one, which cell, why, and where the failed execution is."""
+
+    def __init__(self, name: str, cell: str, cause: str, saved: Path | None):
+        self.name, self.cell, self.cause, self.saved = name, cell, cause, saved
+        where = f"; the failed execution is saved as {saved}" if saved else ""
+        super().__init__(f"notebook {name} failed in {cell}: {cause}{where}")
+
+
+@dataclass
+class Record:
+    """One notebook execution, as the reproducibility page lists it."""
+
+    notebook: str
+    profile: str
+    device: str
+    seconds: float
+    status: str
+    finished: str
+
+
+# ------------------------------------------------------------------ locating things
+
+def find_root(start: Path | None = None) -> Path:
+    """The repository root: the first folder upward from ``start`` (default: cwd) with ``_config.yml``.
+
+    Falls back to the folder above this package, so ``python -m catlib.book`` works
+    from anywhere inside an editable checkout.
+    """
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "_config.yml").is_file() and (folder / "notebooks").is_dir():
+            return folder
+    package_parent = Path(__file__).resolve().parent.parent
+    if (package_parent / "_config.yml").is_file():
+        return package_parent
+    raise BookError(f"no _config.yml found above {here}: run from inside the repository")
+
+
+def notebook_parameters(path: Path) -> dict[str, object]:
+    """Names and default values of the ``parameters`` cell of the notebook at ``path``."""
+    import nbformat
+    nb = nbformat.read(str(path), as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise BookError(f"{path.name} must have exactly one cell tagged 'parameters', "
+                        f"found {len(cells)}")
+    values: dict[str, object] = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    try:
+                        values[target.id] = ast.literal_eval(node.value)
+                    except ValueError:
+                        values[target.id] = ast.unparse(node.value)
+    return values
+
+
+def check_profiles(profiles: dict | None = None, source_dir: Path | None = None) -> list[str]:
+    """Validate the profile table against the notebook sources; return the notebook order.
+
+    Every profile lists the same notebooks; every override names a parameter of
+    that notebook's ``parameters`` cell (and not one the runner sets itself).
+    """
+    profiles = PROFILES if profiles is None else profiles
+    if not profiles:
+        raise BookError("no profiles defined")
+    names = list(next(iter(profiles.values())))
+    for profile, table in profiles.items():
+        if list(table) != names:
+            raise BookError(f"profile {profile!r} lists notebooks {list(table)}, expected {names} "
+                            f"(every profile lists every notebook, in the same order)")
+    if source_dir is None:
+        return names
+    for name in names:
+        path = source_dir / f"{name}.ipynb"
+        if not path.is_file():
+            raise BookError(f"notebook {name!r} is in the profiles but {path} does not exist")
+        declared = notebook_parameters(path)
+        unparsed = sorted(set(declared) - set(_papermill_names(path)))
+        if unparsed:
+            raise BookError(f"{name}: papermill cannot parse the parameters {unparsed} "
+                            f"(one 'name = value  # comment' per line; no '=' or quotes in comments)")
+        missing = [p for p in COMMON_PARAMETERS if p not in declared]
+        if missing:
+            raise BookError(f"{name}: its parameters cell must declare {missing}")
+        for profile, table in profiles.items():
+            for key in table[name]:
+                if key in COMMON_PARAMETERS:
+                    raise BookError(f"profile {profile!r}, notebook {name}: {key!r} is set by "
+                                    f"the runner, not by a profile")
+                if key not in declared:
+                    raise BookError(
+                        f"profile {profile!r}, notebook {name}: unknown parameter {key!r}; "
+                        f"the notebook's parameters are {sorted(declared)}")
+    return names
+
+
+def _papermill_names(path: Path) -> list[str]:
+    import logging
+
+    import papermill as pm
+    logger = logging.getLogger("papermill")
+    level = logger.level
+    logger.setLevel(logging.ERROR)           # its own warning would repeat ours
+    try:
+        return list(pm.inspect_notebook(str(path)))
+    finally:
+        logger.setLevel(level)
+
+
+def resolve_device(name: str) -> str:
+    """``auto`` -> cuda, mps or cpu (the first present); a device that is absent raises BookError."""
+    if name not in DEVICES:
+        raise BookError(f"unknown device {name!r}; choose one of {list(DEVICES)}")
+    import torch
+    present = {"cpu": True, "cuda": torch.cuda.is_available(),
+               "mps": getattr(torch.backends, "mps", None) is not None
+               and torch.backends.mps.is_available()}
+    if name == "auto":
+        return next(d for d in ("cuda", "mps", "cpu") if present[d])
+    if not present[name]:
+        raise BookError(f"device {name!r} is not present on this machine; "
+                        f"use --device cpu or --device auto")
+    return name
+
+
+# ------------------------------------------------------------------ running
+
+def _failed_cell(err: Exception, executed: Path) -> str:
+    """'cell index N (first line)': N counts from 0 in the source notebook (injected cell left out)."""
+    index = getattr(err, "cell_index", None)
+    if index is None:
+        return "an unknown cell (the kernel stopped)"
+    shift = 0
+    try:
+        import nbformat
+        nb = nbformat.read(str(executed), as_version=4)
+        injected = [i for i, c in enumerate(nb.cells)
+                    if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
+        shift = int(bool(injected) and injected[0] < index)
+    except Exception:  # noqa: BLE001 - the message is still useful without the shift
+        pass
+    first = (getattr(err, "source", "") or "").strip().splitlines()[:1]
+    return f"cell index {index - shift}" + (f" ({first[0][:60]!r})" if first else "")
+
+
+def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
+            timeout: float | None = None) -> float:
+    """Run one notebook with papermill; return its wall time in seconds.
+
+    The result is written to a temporary file and renamed to ``NAME.ipynb`` only
+    on success, so a failure never replaces a good executed copy.
+    """
+    import papermill as pm
+    source = source_dir / f"{name}.ipynb"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    partial = output_dir / f".{name}.running.ipynb"
+    failed = output_dir / f"{name}.failed.ipynb"
+    start = time.perf_counter()
+    try:
+        pm.execute_notebook(str(source), str(partial), parameters=parameters,
+                            kernel_name="python3", cwd=str(output_dir), progress_bar=False,
+                            request_save_on_cell_execute=False, execution_timeout=timeout)
+    except Exception as err:  # noqa: BLE001 - every failure is reported the same way
+        cause = (f"{err.ename}: {err.evalue}" if hasattr(err, "ename")
+                 else f"{type(err).__name__}: {err}")
+        saved = None
+        if partial.exists():
+            partial.replace(failed)
+            saved = failed
+        raise NotebookFailed(name, _failed_cell(err, failed), cause.strip(), saved) from None
+    partial.replace(output_dir / f"{name}.ipynb")
+    failed.unlink(missing_ok=True)
+    return time.perf_counter() - start
+
+
+def run(profile: str, device: str = "auto", only: Iterable[str] | None = None, *,
+        root: Path | None = None, output_dir: Path | None = None,
+        figure_dir: str | None = FIGURE_DIR, profiles: dict | None = None,
+        report: bool = True, log=print) -> list[Record]:
+    """Execute the notebooks of ``profile`` (or just ``only``) on ``device``.
+
+    Returns one :class:`Record` per executed notebook; raises :class:`BookError`
+    on bad input and :class:`NotebookFailed` when a notebook raises. With
+    ``report``, ``book/_generated/run_report.{json,md}`` are updated after every
+    notebook (a failure is recorded too).
+    """
+    root = root or find_root()
+    profiles = PROFILES if profiles is None else profiles
+    if profile not in profiles:
+        raise BookError(f"unknown profile {profile!r}; choose one of {list(profiles)}")
+    source_dir = root / "notebooks"
+    names = check_profiles(profiles, source_dir)
+    selected = list(only) if only else names
+    unknown = [n for n in selected if n not in names]
+    if unknown:
+        raise BookError(f"unknown notebook(s) {unknown}; the book has {names}")
+    dev = resolve_device(device)
+    output_dir = output_dir or root / "book" / "notebooks"
+    # Idle OpenMP threads sleep instead of spinning: on a busy machine spinning
+    # threads slow small torch operations down 10-50x. Kernels inherit this.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    records = []
+    for name in selected:
+        params = {**profiles[profile][name], "device": dev, "profile": profile,
+                  "figure_dir": figure_dir or ""}
+        log(f"[book] {name}: profile {profile}, device {dev} ...", flush=True)
+        try:
+            seconds = execute(name, params, source_dir, output_dir)
+        except NotebookFailed:
+            if report:
+                _update_report(root, [Record(name, profile, dev, float("nan"), "failed", _now())])
+            raise
+        record = Record(name, profile, dev, round(seconds, 1), "ok", _now())
+        log(f"[book] {name}: {record.seconds:.1f} s", flush=True)
+        records.append(record)
+        if report:
+            _update_report(root, [record])
+    return records
+
+
+def save_figure(fig, name: str, figure_dir: str, root: Path | None = None) -> Path | None:
+    """Save ``fig`` as ``root/figure_dir/name`` for the text pages; nothing when ``figure_dir`` is empty.
+
+    Notebooks show their figures inline; a file is only needed where another page
+    shows the figure (a ``{figure}`` directive, with caption and label).
+    """
+    if not figure_dir:
+        return None
+    path = (root or find_root()) / figure_dir / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    return path
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %z")
+
+
+# ------------------------------------------------------------------ reproducibility report
+
+def environment(root: Path) -> dict:
+    """Package versions, platform and git commit for the reproducibility page."""
+    from importlib.metadata import PackageNotFoundError, version
+    versions = {}
+    for pkg in ("catlib", "torch", "torchdiffeq", "numpy", "matplotlib", "papermill",
+                "jupyter-book", "myst-nb", "sphinx", "nbval"):
+        try:
+            versions[pkg] = version(pkg)
+        except PackageNotFoundError:
+            versions[pkg] = "not installed"
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # read only
+
+    def git(*args):
+        try:
+            out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                                 timeout=10, env=env)
+            return out.stdout.strip() if out.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "cpus": os.cpu_count(), "versions": versions,
+            "git_commit": git("rev-parse", "HEAD"),
+            "git_dirty": None if status is None else bool(status)}
+
+
+def _update_report(root: Path, records: list[Record]) -> None:
+    folder = root / "book" / "_generated"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "run_report.json"
+    data = json.loads(path.read_text()) if path.exists() else {"notebooks": {}}
+    for record in records:
+        data["notebooks"][record.notebook] = asdict(record)
+    data["environment"] = environment(root)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True))
+    (folder / "run_report.md").write_text(render_report(data, root))
+    (folder / "profiles.md").write_text(render_profiles())
+
+
+def render_profiles(profiles: dict | None = None) -> str:
+    """A Markdown table of every profile's parameters, one row per notebook and parameter."""
+    profiles = PROFILES if profiles is None else profiles
+    names = list(profiles)
+    lines = ["| notebook | parameter | " + " | ".join(names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    for notebook in next(iter(profiles.values())):
+        keys = list(dict.fromkeys(k for p in names for k in profiles[p][notebook]))
+        for key in keys:
+            cells = [f"`{profiles[p][notebook].get(key, '')}`" for p in names]
+            lines.append(f"| `{notebook}` | `{key}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_report(data: dict, root: Path) -> str:
+    """The Markdown tables the reproducibility page includes."""
+    try:
+        order = check_profiles()
+    except BookError:
+        order = []
+    rows = sorted(data["notebooks"].values(),
+                  key=lambda r: (order.index(r["notebook"]) if r["notebook"] in order else 99,
+                                 r["notebook"]))
+    lines = ["| notebook | profile | device | run time (s) | status | finished |",
+             "|---|---|---|---:|---|---|"]
+    for r in rows:
+        secs = "" if r["seconds"] != r["seconds"] else f"{r['seconds']:.1f}"
+        lines.append(f"| `{r['notebook']}` | {r['profile']} | {r['device']} | {secs} | "
+                     f"{r['status']} | {r['finished']} |")
+    total = sum(r["seconds"] for r in rows if r["seconds"] == r["seconds"])
+    lines += ["", f"Total notebook run time: {total:.0f} s.", ""]
+    env = data["environment"]
+    commit = env["git_commit"] or "unknown (not a git checkout)"
+    if env["git_dirty"]:
+        commit += " (with uncommitted changes)"
+    lines += ["| | |", "|---|---|",
+              f"| git commit | `{commit}` |",
+              f"| Python | {env['python']} |",
+              f"| platform | `{env['platform']}`, {env['cpus']} CPUs |"]
+    lines += [f"| {pkg} | {ver} |" for pkg, ver in env["versions"].items()]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ building
+
+def build(root: Path, log=print) -> Path:
+    """``jupyter-book build --all -W -n --keep-going``; return the path of the first page."""
+    exe = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(root), "--all",
+           "-W", "-n", "--keep-going"]
+    log("[book] " + " ".join(cmd), flush=True)
+    result = subprocess.run(cmd, cwd=root)
+    if result.returncode != 0:
+        raise BookError(f"jupyter-book build failed (exit {result.returncode}); "
+                        f"with -W every warning above is an error")
+    first = root / "_build" / "html" / (first_page(root) + ".html")
+    if not first.exists():
+        raise BookError(f"the build finished but {first} is missing")
+    return first
+
+
+def first_page(root: Path) -> str:
+    """The ``root:`` entry of ``_toc.yml`` (without suffix)."""
+    for line in (root / "_toc.yml").read_text().splitlines():
+        if line.startswith("root:"):
+            return line.split(":", 1)[1].strip().removesuffix(".md").removesuffix(".ipynb")
+    raise BookError("_toc.yml has no root: entry")
+
+
+# ------------------------------------------------------------------ command line
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m catlib.book",
+        description="Execute the book's notebooks with papermill for a profile, then build the book.")
+    parser.add_argument("--profile", default="cpu",
+                        help=f"one of {list(PROFILES)} (default: cpu)")
+    parser.add_argument("--device", default="auto", help=f"one of {list(DEVICES)} (default: auto)")
+    parser.add_argument("--only", action="append", metavar="NAME",
+                        help="run only this notebook (repeatable); the others keep their last execution")
+    parser.add_argument("--no-build", action="store_true", help="execute only, do not build")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build from the notebooks already executed")
+    parser.add_argument("--refs", action="store_true",
+                        help="write nbval references to tests/nbval (no figures, report or build)")
+    args = parser.parse_args(argv)
+    try:
+        root = find_root()
+        if not args.build_only:
+            if args.refs:
+                run(args.profile, args.device, args.only, root=root,
+                    output_dir=root / "tests" / "nbval", figure_dir="", report=False)
+                print(f"[book] nbval references written to {root / 'tests' / 'nbval'}")
+                return 0
+            run(args.profile, args.device, args.only, root=root)
+        if args.no_build:
+            return 0
+        missing = [n for n in check_profiles() if not (root / "book" / "notebooks" / f"{n}.ipynb").exists()]
+        if missing:
+            raise BookError(f"not executed yet: {missing}; run without --only/--build-only first")
+        first = build(root)
+    except BookError as err:
+        print(f"[book] error: {err}", file=sys.stderr)
+        return 1
+    print(f"[book] built; first page: {first}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Context-length evaluation (the published protocol), a bigram floor and the leak score.
+
+Published protocol, for each context length L: windows start at k*L, k = 0..n-1, with
+n = (len(val) - L - 1) // L capped at ``eval_windows``; each window has L + 1 ids, the
+model reads the first L and is scored on the last L; CE = summed CE / (n * L), PPL = exp(CE).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+PUBLISHED_LENGTHS = (128, 512, 1024, 5000)
+TABLE_HEADER = "len | CAT CE | PPL | Bas CE | PPL | dCE"
+
+
+def n_windows(n_val: int, length: int, eval_windows: int) -> int:
+    """Number of evaluation windows of length ``length``: (n_val - L - 1) // L, capped."""
+    return max(0, min((n_val - length - 1) // length, eval_windows))
+
+
+def windows(val: torch.Tensor, length: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-overlapping windows: inputs x and targets y, int64 [n, length] each."""
+    idx = torch.arange(n)[:, None] * length + torch.arange(length + 1)
+    w = val[idx]
+    return w[:, :-1], w[:, 1:]
+
+
+def windows_per_batch(length: int, batch_tokens: int = 32768) -> int:
+    """Windows per forward pass: about ``batch_tokens`` tokens, and few enough that the
+    baseline's L x L attention matrices (B * L^2 <= 256 * batch_tokens) stay bounded."""
+    return max(1, min(batch_tokens // length, 256 * batch_tokens // (length * length)))
+
+
+def _skip_reason(n_val: int, length: int) -> str:
+    return f"needs more than {2 * length} validation tokens, the split has {n_val}"
+
+
+class _mode:
+    """Context manager: eval mode (or train mode when ``dropout`` is True), restored on exit."""
+
+    def __init__(self, model: torch.nn.Module, dropout: bool):
+        self.model, self.dropout = model, dropout
+
+    def __enter__(self):
+        self.was_training = self.model.training
+        self.model.train(self.dropout)
+        return self.model
+
+    def __exit__(self, *exc):
+        self.model.train(self.was_training)
+
+
+def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
+                  eval_windows: int = 256, dropout_in_eval: bool = False,
+                  batch_tokens: int = 32768, device: str | torch.device | None = None) -> dict:
+    """Published-protocol CE of ``model`` (forward(tokens [B, L]) -> (logits [B, L, V], _)).
+
+    Windows are batched, :func:`windows_per_batch` per forward pass; pass
+    ``batch_tokens=1`` for the published batch of one (an adaptive solver's step control
+    couples the windows of a batch, at the level of its tolerances).
+    ``dropout_in_eval=True`` keeps dropout on, as the published script does.
+    Returns {"len", "ce", "ppl", "windows", "tokens"}, or {"len", "skipped"} with a reason
+    when the validation split is too short for one window.
+    """
+    if length < 1 or eval_windows < 1 or batch_tokens < 1:
+        raise ValueError(f"length, eval_windows and batch_tokens must be positive, got "
+                         f"{length}, {eval_windows}, {batch_tokens}")
+    n = n_windows(len(val), length, eval_windows)
+    if n == 0:
+        return {"len": length, "skipped": _skip_reason(len(val), length)}
+    device = device or next(model.parameters()).device
+    x, y = windows(val, length, n)
+    per_batch = windows_per_batch(length, batch_tokens)
+    total = 0.0
+    with _mode(model, dropout_in_eval), torch.inference_mode():
+        for i in range(0, n, per_batch):
+            xb, yb = x[i:i + per_batch].to(device), y[i:i + per_batch].to(device)
+            logits = model(xb)[0]
+            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(),
+                                     yb.reshape(-1), reduction="sum").item()
+    ce = total / (n * length)
+    return {"len": length, "ce": ce, "ppl": math.exp(ce), "windows": n, "tokens": n * length}
+
+
+def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int, eval_windows: int = 256,
+              vocab_size: int | None = None, alpha: float = 1.0) -> float | None:
+    """CE of a character-bigram count model (add-``alpha`` smoothing, fitted on ``train``)
+    on the same windows as :func:`cross_entropy`; a floor row for every results table.
+    Returns None when the length is skipped."""
+    V = vocab_size or int(max(train.max(), val.max())) + 1
+    n = n_windows(len(val), length, eval_windows)
+    if n == 0:
+        return None
+    counts = torch.zeros(V, V, dtype=torch.float64)
+    counts.index_put_((train[:-1], train[1:]), torch.ones(len(train) - 1, dtype=torch.float64),
+                      accumulate=True)
+    logp = ((counts + alpha) / (counts.sum(1, keepdim=True) + alpha * V)).log()
+    x, y = windows(val, length, n)
+    return -logp[x.reshape(-1), y.reshape(-1)].mean().item()
+
+
+def context_table(cat: torch.nn.Module, base: torch.nn.Module, val: torch.Tensor,
+                  lengths=PUBLISHED_LENGTHS, eval_windows: int = 256,
+                  dropout_in_eval: bool = False, batch_tokens: int = 32768,
+                  train: torch.Tensor | None = None, device=None) -> list[dict]:
+    """The published results table as a list of rows, one per context length.
+
+    Row keys: len, cat_ce, cat_ppl, base_ce, base_ppl, dce (= base - CAT), windows, and
+    bigram_ce when ``train`` is given; or len and skipped (the reason).
+    """
+    rows = []
+    for L in lengths:
+        kw = dict(eval_windows=eval_windows, dropout_in_eval=dropout_in_eval,
+                  batch_tokens=batch_tokens, device=device)
+        c = cross_entropy(cat, val, L, **kw)
+        if "skipped" in c:
+            rows.append(c)
+            continue
+        b = cross_entropy(base, val, L, **kw)
+        row = {"len": L, "cat_ce": c["ce"], "cat_ppl": c["ppl"], "base_ce": b["ce"],
+               "base_ppl": b["ppl"], "dce": b["ce"] - c["ce"], "windows": c["windows"]}
+        if train is not None:
+            row["bigram_ce"] = bigram_ce(train, val, L, eval_windows)
+        rows.append(row)
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """The published table, ``len | CAT CE | PPL | Bas CE | PPL | dCE``, one line per length,
+    then the bigram floor when the rows carry it."""
+    lines = [TABLE_HEADER]
+    for r in rows:
+        if "skipped" in r:
+            lines.append(f"{r['len']} | skipped: {r['skipped']}")
+        else:
+            lines.append(f"{r['len']} | {r['cat_ce']:.4f} | {r['cat_ppl']:.2f} | "
+                         f"{r['base_ce']:.4f} | {r['base_ppl']:.2f} | {r['dce']:+.4f}")
+    floor = [f"{r['len']}: {r['bigram_ce']:.4f}" for r in rows if r.get("bigram_ce") is not None]
+    if floor:
+        lines.append("bigram floor CE | " + " | ".join(floor))
+    return "\n".join(lines)
+
+
+def leak_score(model: torch.nn.Module, vocab_size: int, length: int = 64, n_positions: int = 4,
+               seed: int = 0, device=None) -> float:
+    """How much a model reads the future: the mean |change| of the logits at positions <= i
+    when every token after i is replaced, averaged over ``n_positions`` random i.
+
+    Runs in eval mode on random tokens [1, length]; about 0 (solver tolerance) for a causal
+    model, clearly > 0 for one that attends to later tokens. Each sequence is a separate
+    forward pass so that an adaptive solver's step control does not couple them.
+    """
+    if length < 2 or n_positions < 1:
+        raise ValueError(f"length must be >= 2 and n_positions >= 1, got {length}, {n_positions}")
+    device = device or next(model.parameters()).device
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(vocab_size, (1, length), generator=g)
+    positions = torch.randint(length - 1, (n_positions,), generator=g).tolist()
+    changes = []
+    with _mode(model, False), torch.inference_mode():
+        ref = model(x.to(device))[0].double()
+        for i in positions:
+            x2 = x.clone()
+            shift = torch.randint(1, vocab_size, (length - i - 1,), generator=g)
+            x2[0, i + 1:] = (x[0, i + 1:] + shift) % vocab_size  # every later token changes
+            out = model(x2.to(device))[0].double()
+            changes.append((out[:, :i + 1] - ref[:, :i + 1]).abs().mean().item())
+    return sum(changes) / len(changes)

@@ -1,0 +1,290 @@
+"""Side-by-side training of CAT and its baseline on identical batches, as published.
+
+Both models are trained with AdamW on the same batches of the published sampler. CAT's
+loss is ``CE + w(step) * penalty``, where ``penalty`` (returned by ``CAT.forward``) already
+carries ``sob_lambda`` and
+
+- published (``penalty_once=False``): ``w = sob_lambda * max(0.2, 1 - step / train_steps)``,
+  so the weight is applied twice (defect 3);
+- corrected (``penalty_once=True``): ``w = max(0.2, 1 - step / train_steps)``.
+
+``step`` is the 0-based index of the step being taken, as in the published loop, which
+prints ``step {step} | CAT {loss:.4f} | base {loss:.4f}`` when ``step % 100 == 0``.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm  # text bar: tqdm.auto warns in kernels without ipywidgets
+
+from .baselines import Baseline
+from .config import CATConfig
+from .data import BatchSampler
+from .evaluate import cross_entropy
+from .model import CAT
+
+
+@dataclass
+class TrainConfig:
+    """Settings of the training loop (defaults: the published script).
+
+    Only ``train_steps, lr, batch, seq, seed`` change the trained weights
+    (:meth:`identity`); the others control logging, checkpoints and time.
+    """
+
+    train_steps: int = 800
+    lr: float = 3e-4
+    batch: int = 32
+    seq: int = 256
+    seed: int = 0
+    val_every: int = 0          # validate every N steps (0: never)
+    val_windows: int = 8        # windows of length ``seq`` per validation
+    checkpoint_every: int = 100
+    log_every: int = 100        # the published progress line
+    budget: float | None = None  # wall-clock seconds for this session's training
+
+    def validate(self, n_train: int | None = None) -> None:
+        """Raise ValueError naming the field, the bad value and what is allowed."""
+        for name in ("train_steps", "batch", "seq", "val_windows", "checkpoint_every", "log_every"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not isinstance(self.val_every, int) or self.val_every < 0:
+            raise ValueError(f"val_every must be an integer >= 0, got {self.val_every!r}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
+        if self.budget is not None and not self.budget > 0:
+            raise ValueError(f"budget must be a positive number of seconds, got {self.budget!r}")
+        if n_train is not None and self.seq > n_train - 2:
+            raise ValueError(f"seq must be at most {n_train - 2} for the {n_train} training "
+                             f"tokens, got {self.seq}")
+
+    def identity(self) -> dict:
+        """The fields that determine the trained weights (used in the run's config hash)."""
+        return {k: getattr(self, k) for k in ("train_steps", "lr", "batch", "seq", "seed")}
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class NonFiniteLoss(RuntimeError):
+    """A NaN or infinite loss; ``step`` is the 0-based index of the failing step."""
+
+    def __init__(self, step: int, which: str, value: float):
+        super().__init__(f"{which} loss is {value} at step {step}")
+        self.step, self.which, self.value = step, which, value
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's ``random``, numpy's global generator and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def penalty_weight(step: int, train_steps: int, sob_lambda: float, once: bool) -> float:
+    """Weight of the returned penalty at 0-based ``step`` (see the module docstring)."""
+    schedule = max(0.2, 1.0 - step / train_steps)
+    return schedule if once else sob_lambda * schedule
+
+
+def _rng_state() -> dict:
+    name, key, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [name, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss]}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    name, key, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def _defer_sigint():
+    """Hold Ctrl-C until the block ends, so that a parameter update is never half done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
+class SideBySide:
+    """CAT and the baseline, one AdamW each, and the shared published batch sampler.
+
+    ``step`` counts the steps done. :meth:`state_dict` is always the state at the last
+    step boundary (models, optimisers, sampler, RNGs), even after an interrupted step, so
+    a resumed run continues exactly as an uninterrupted one would (on CPU).
+    """
+
+    def __init__(self, model_config: CATConfig, train_config: TrainConfig,
+                 train_ids: torch.Tensor, device: str | torch.device = "cpu"):
+        train_config.validate(len(train_ids))
+        self.config, self.tc, self.device = model_config.resolved(), train_config, torch.device(device)
+        seed_everything(train_config.seed)
+        self.cat = CAT(self.config).to(self.device)
+        self.base = Baseline(self.config).to(self.device)
+        self.opt_cat = torch.optim.AdamW(self.cat.parameters(), lr=train_config.lr)
+        self.opt_base = torch.optim.AdamW(self.base.parameters(), lr=train_config.lr)
+        self.sampler = BatchSampler(train_ids, train_config.batch, train_config.seq, train_config.seed)
+        self.step = 0
+        self._boundary = self._snapshot()
+
+    def _snapshot(self) -> dict:
+        """Randomness at a step boundary: the sampler's and the global RNGs' states."""
+        return {"sampler": self.sampler.state_dict(), "rng": _rng_state()}
+
+    def train_step(self) -> dict:
+        """One step of both models on one batch x, y [batch, seq]; returns its metrics:
+
+        kind "train", step (0-based), ce (CAT's cross-entropy), loss (CAT's ce + pen_w *
+        penalty), base_loss (the baseline's cross-entropy), penalty (as returned by CAT,
+        sob_lambda included), pen_w, nfe_forward / nfe_backward (CAT's dynamics evaluations,
+        all blocks), seconds (of the whole step), tokens_per_s (batch tokens / seconds).
+        Raises NonFiniteLoss, before any parameter changes, if either loss is NaN or inf.
+        """
+        t0 = time.perf_counter()
+        s, tc = self.step, self.tc
+        self.cat.train()
+        self.base.train()
+        x, y = (t.to(self.device) for t in self.sampler())  # [B, seq] each
+
+        logits, pen = self.cat(x, penalty=True)  # [B, seq, V], scalar
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
+        loss = ce + w * pen
+        _check_finite(loss, s, "CAT")
+        self.opt_cat.zero_grad(set_to_none=True)
+        loss.backward()
+        nfe = self.cat.nfe
+
+        blogits, _ = self.base(x)
+        bloss = F.cross_entropy(blogits.reshape(-1, blogits.shape[-1]), y.reshape(-1))
+        _check_finite(bloss, s, "baseline")
+        self.opt_base.zero_grad(set_to_none=True)
+        bloss.backward()
+
+        with _defer_sigint():
+            self.opt_cat.step()
+            self.opt_base.step()
+            self.step += 1
+            self._boundary = self._snapshot()
+        seconds = time.perf_counter() - t0
+        return {"kind": "train", "step": s, "ce": ce.item(), "loss": loss.item(),
+                "base_loss": bloss.item(), "penalty": pen.item(), "pen_w": w,
+                "nfe_forward": nfe["forward"], "nfe_backward": nfe["backward"],
+                "seconds": seconds, "tokens_per_s": x.numel() / seconds}
+
+    def validate(self, val_ids: torch.Tensor) -> dict:
+        """Validation CE of both models (eval mode, ``val_windows`` windows of length seq)."""
+        kw = dict(eval_windows=self.tc.val_windows, device=self.device)
+        c = cross_entropy(self.cat, val_ids, self.tc.seq, **kw)
+        b = cross_entropy(self.base, val_ids, self.tc.seq, **kw)
+        _set_rng_state(self._boundary["rng"])  # validation must not change the training's randomness
+        return {"kind": "val", "step": self.step - 1, "val_ce": c.get("ce"), "val_base_ce": b.get("ce")}
+
+    def rewind(self) -> None:
+        """Return the sampler and RNGs to the last step boundary (after an interrupted step)."""
+        self.sampler.load_state_dict(self._boundary["sampler"])
+        _set_rng_state(self._boundary["rng"])
+        self.opt_cat.zero_grad(set_to_none=True)
+        self.opt_base.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> dict:
+        """The training state at the last step boundary (for ``torch.save``)."""
+        return {"step": self.step, "cat": self.cat.state_dict(), "base": self.base.state_dict(),
+                "opt_cat": self.opt_cat.state_dict(), "opt_base": self.opt_base.state_dict(),
+                "sampler": self._boundary["sampler"], "rng": self._boundary["rng"]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cat.load_state_dict(state["cat"])
+        self.base.load_state_dict(state["base"])
+        self.opt_cat.load_state_dict(state["opt_cat"])
+        self.opt_base.load_state_dict(state["opt_base"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.step = int(state["step"])
+        self._boundary = {"sampler": state["sampler"], "rng": state["rng"]}
+        _set_rng_state(state["rng"])
+
+
+def _check_finite(loss: torch.Tensor, step: int, which: str) -> None:
+    if not torch.isfinite(loss):
+        raise NonFiniteLoss(step, which, loss.item())
+
+
+def train_loop(trainer: SideBySide, *, val_ids: torch.Tensor | None = None,
+          log: Callable[[dict], None] | None = None, checkpoint: Callable[[], None] | None = None,
+          echo: Callable[[str], None] | None = print, progress: bool = True,
+          on_step: Callable[[dict], None] | None = None) -> str:
+    """Train until ``train_steps`` are done or the budget is spent; return the reason.
+
+    Returns "finished", or "budget" when the next step would overrun ``budget`` seconds
+    (at least one step is taken). ``log`` receives each metrics dict, ``checkpoint`` is
+    called every ``checkpoint_every`` steps and at the end, ``echo`` prints the published
+    progress line, ``on_step`` sees every step's metrics. NonFiniteLoss and
+    KeyboardInterrupt propagate; the trainer's state is then the last step boundary.
+    """
+    tc = trainer.tc
+    start = time.monotonic()
+    last = 0.0
+    bar = tqdm(total=tc.train_steps, initial=trainer.step, desc="train", unit="step",
+               disable=not progress, dynamic_ncols=True)
+    say = (lambda s: bar.write(s)) if progress else echo
+    try:
+        while trainer.step < tc.train_steps:
+            if tc.budget is not None and last and time.monotonic() - start + last > tc.budget:
+                if checkpoint:
+                    checkpoint()
+                if echo:
+                    say(f"budget of {tc.budget:g} s reached after {trainer.step} of "
+                        f"{tc.train_steps} steps ({time.monotonic() - start:.1f} s); "
+                        f"stopped at a step boundary")
+                return "budget"
+            m = trainer.train_step()
+            last = m["seconds"]
+            if log:
+                log(m)
+            if echo and m["step"] % tc.log_every == 0:
+                say(f"step {m['step']} | CAT {m['loss']:.4f} | base {m['base_loss']:.4f}")
+            bar.update(1)
+            bar.set_postfix(CAT=f"{m['loss']:.4f}", base=f"{m['base_loss']:.4f}",
+                            nfe=m["nfe_forward"], refresh=False)
+            if val_ids is not None and tc.val_every and trainer.step % tc.val_every == 0:
+                v = trainer.validate(val_ids)
+                if log:
+                    log(v)
+            if checkpoint and (trainer.step % tc.checkpoint_every == 0
+                               or trainer.step == tc.train_steps):
+                checkpoint()
+            if on_step:
+                on_step(m)
+    except (KeyboardInterrupt, NonFiniteLoss):
+        trainer.rewind()  # so that training can continue in this process, exactly
+        raise
+    finally:
+        bar.close()
+    return "finished"

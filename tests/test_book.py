@@ -1,0 +1,210 @@
+"""The book's runner (profiles, bad input, failing notebooks) and a real-browser check of the build."""
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from catlib import book
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+HTML = ROOT / "_build" / "html"
+
+
+# ------------------------------------------------------------------ profiles
+
+def test_profiles_match_notebooks_and_toc():
+    names = book.check_profiles(book.PROFILES, ROOT / "notebooks")
+    assert names[:4] == ["01_spectral_kernels", "02_quadrature", "03_sobolev_penalty",
+                         "04_depth_solvers"]
+    toc = (ROOT / "_toc.yml").read_text()
+    in_toc = re.findall(r"file:\s*book/notebooks/(\S+)", toc)
+    assert in_toc == names, "every profiled notebook is in _toc.yml, in the same order"
+
+
+def test_notebook_defaults_are_the_cpu_profile():
+    for name, overrides in book.PROFILES["cpu"].items():
+        defaults = book.notebook_parameters(ROOT / "notebooks" / f"{name}.ipynb")
+        for key, value in overrides.items():
+            assert defaults[key] == value, f"{name}: parameter {key} is {defaults[key]!r} in the " \
+                                           f"notebook but {value!r} in the cpu profile"
+
+
+def test_profiles_table_renders():
+    table = book.render_profiles()
+    assert "| `02_quadrature` | `q_max` |" in table and "smoke" in table.splitlines()[0]
+
+
+# ------------------------------------------------------------------ bad input
+
+def test_unknown_profile_is_named(capsys):
+    with pytest.raises(book.BookError, match=r"unknown profile 'laptop'.*smoke.*cpu.*paper"):
+        book.run("laptop", "cpu", root=ROOT)
+    assert book.main(["--profile", "laptop", "--no-build"]) == 1
+    assert "unknown profile 'laptop'" in capsys.readouterr().err
+
+
+def test_unknown_parameter_is_named():
+    profiles = {p: {n: dict(v) for n, v in t.items()} for p, t in book.PROFILES.items()}
+    profiles["smoke"]["02_quadrature"]["q_maximum"] = 7
+    with pytest.raises(book.BookError, match=r"smoke.*02_quadrature.*unknown parameter 'q_maximum'"):
+        book.check_profiles(profiles, ROOT / "notebooks")
+    profiles["smoke"]["02_quadrature"] = {"device": "cuda"}
+    with pytest.raises(book.BookError, match=r"'device' is set by the runner"):
+        book.check_profiles(profiles, ROOT / "notebooks")
+
+
+def test_profiles_must_list_the_same_notebooks():
+    profiles = {"smoke": {"a": {}, "b": {}}, "cpu": {"a": {}}}
+    with pytest.raises(book.BookError, match="every profile lists every notebook"):
+        book.check_profiles(profiles)
+
+
+def test_unknown_notebook_is_named():
+    with pytest.raises(book.BookError, match=r"unknown notebook\(s\) \['99_nope'\]"):
+        book.run("smoke", "cpu", only=["99_nope"], root=ROOT)
+
+
+def test_unknown_or_absent_device():
+    with pytest.raises(book.BookError, match="unknown device 'tpu'"):
+        book.resolve_device("tpu")
+    assert book.resolve_device("cpu") == "cpu"
+    assert book.resolve_device("auto") in ("cpu", "cuda", "mps")
+    import torch
+    if not torch.cuda.is_available():
+        with pytest.raises(book.BookError, match="'cuda' is not present"):
+            book.resolve_device("cuda")
+
+
+# ------------------------------------------------------------------ a notebook that raises
+
+def _notebook(path: Path, *sources: str, params: str = 'device = "cpu"\nprofile = ""\nfigure_dir = ""'):
+    cells = [new_code_cell(params, metadata={"tags": ["parameters"]})]
+    cells += [new_code_cell(src) for src in sources]
+    nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                             "display_name": "Python 3"}})
+    nbformat.write(nb, str(path))
+
+
+@pytest.fixture
+def tiny_book(tmp_path):
+    (tmp_path / "_config.yml").write_text("title: test\n")
+    (tmp_path / "notebooks").mkdir()
+    _notebook(tmp_path / "notebooks" / "a_ok.ipynb", "print('x is', x)",
+              params='device = "cpu"\nprofile = ""\nfigure_dir = ""\nx = 1')
+    _notebook(tmp_path / "notebooks" / "b_fails.ipynb", "y = 1", "raise ValueError('boom ' + device)")
+    profiles = {"smoke": {"a_ok": {"x": 2}, "b_fails": {}}}
+    out = tmp_path / "book" / "notebooks"
+    out.mkdir(parents=True)
+    (out / "b_fails.ipynb").write_text("the last good execution")
+    return tmp_path, profiles, out
+
+
+def test_failing_notebook_is_named_and_earlier_ones_kept(tiny_book):
+    root, profiles, out = tiny_book
+    with pytest.raises(book.NotebookFailed) as info:
+        book.run("smoke", "cpu", root=root, profiles=profiles, log=lambda *a, **k: None)
+    err = info.value
+    assert err.name == "b_fails"
+    assert err.cell.startswith("cell index 2") and "raise ValueError" in err.cell
+    assert err.cause == "ValueError: boom cpu"
+    assert "notebook b_fails failed in cell index 2" in str(err)
+    executed = nbformat.read(str(out / "a_ok.ipynb"), as_version=4)
+    assert "x is 2" in executed.cells[-1].outputs[0]["text"]          # earlier notebook kept
+    assert (out / "b_fails.ipynb").read_text() == "the last good execution"
+    assert (out / "b_fails.failed.ipynb").exists() and err.saved == out / "b_fails.failed.ipynb"
+    report = json.loads((root / "book" / "_generated" / "run_report.json").read_text())
+    assert report["notebooks"]["a_ok"]["status"] == "ok"
+    assert report["notebooks"]["b_fails"]["status"] == "failed"
+    assert "| `b_fails` | smoke | cpu |  | failed |" in (root / "book" / "_generated" / "run_report.md").read_text()
+
+
+def test_command_line_exits_non_zero_on_a_failing_notebook(tiny_book, monkeypatch, capsys):
+    root, profiles, _ = tiny_book
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(book, "PROFILES", profiles)
+    assert book.main(["--profile", "smoke", "--device", "cpu", "--only", "b_fails"]) == 1
+    assert "notebook b_fails failed in cell index 2" in capsys.readouterr().err
+
+
+def test_unparseable_parameter_line_is_refused(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    _notebook(tmp_path / "notebooks" / "c.ipynb",
+              params='device = "cpu"\nprofile = ""\nfigure_dir = ""\nsteps = 4  # so dt = 1/4')
+    with pytest.raises(book.BookError, match=r"papermill cannot parse the parameters \['steps'\]"):
+        book.check_profiles({"smoke": {"c": {}}}, tmp_path / "notebooks")
+
+
+# ------------------------------------------------------------------ a real browser
+
+PROBE = """
+<script>
+window.addEventListener('load', function () {
+  function report() {
+    var imgs = Array.from(document.querySelectorAll('article img'));
+    var math = Array.from(document.querySelectorAll('article .math'));
+    var r = {mathjax: typeof MathJax !== 'undefined' && !!MathJax.startup,
+             math: math.length,
+             typeset: math.filter(function (m) { return m.querySelector('mjx-container'); }).length,
+             images: imgs.length,
+             loaded: imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length,
+             broken: imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); })
+                         .map(function (i) { return i.getAttribute('src'); })};
+    var pre = document.createElement('pre');
+    pre.id = 'cat-probe';
+    pre.textContent = JSON.stringify(r);
+    document.body.appendChild(pre);
+  }
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    MathJax.startup.promise.then(report, report);
+  } else {
+    setTimeout(report, 2000);
+  }
+});
+</script>
+"""
+
+
+def _probe(page: Path) -> dict:
+    """Load ``page`` in headless Chromium after MathJax ran; return the injected probe's report."""
+    text = page.read_text()
+    page.write_text(text.replace("</body>", PROBE + "</body>"))
+    profile_dir = page.parent / ".chromium-profile"
+    cmd = ["timeout", "90", str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
+           "--disable-quic", "--no-first-run", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", f"--user-data-dir={profile_dir}",
+           "--virtual-time-budget=15000", "--dump-dom", page.as_uri()]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    found = re.search(r"<pre id=\"cat-probe\"[^>]*>(.*?)</pre>", dom, re.S)
+    assert found, f"the probe did not report; Chromium printed {len(dom)} characters of DOM"
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+@pytest.mark.parametrize("page", ["book/method.html", "book/notebooks/02_quadrature.html"])
+def test_browser_typesets_math_and_loads_figures(page, tmp_path):
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is absent: the real-browser check needs Chromium "
+                    f"(apt-get install -y chromium); skipped")
+    if not (HTML / page).exists():
+        pytest.skip(f"{HTML / page} is not built: run `make book-smoke` (or `make book`) first")
+    site = tmp_path / "html"
+    shutil.copytree(HTML, site)
+    report = _probe(site / page)
+    assert report["mathjax"], "MathJax did not start (is sphinx-mathjax-offline bundling it?)"
+    assert report["math"] >= 5 and report["typeset"] == report["math"], report
+    assert report["images"] >= 2 and report["loaded"] == report["images"], report
+
+
+def test_mathjax_is_served_locally():
+    if not (HTML / "book" / "method.html").exists():
+        pytest.skip("the book is not built: run `make book-smoke` first")
+    html = (HTML / "book" / "method.html").read_text()
+    scripts = re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', html, re.I)
+    assert scripts and not any(s.startswith(("http:", "https:", "//")) for s in scripts), scripts
+    assert (HTML / "_static" / "mathjax" / "tex-chtml.js").exists()

@@ -1,0 +1,115 @@
+"""`python -m catlib`: published flags and defaults, output format, reuse, bad input."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from catlib.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--d_model", "16", "--n_heads", "2", "--n_freq", "4", "--solver", "rk4-classic",
+        "--ode-steps", "1", "--train_steps", "3", "--batch", "2", "--seq", "16",
+        "--lengths", "16", "32", "--eval_windows", "4", "--no-progress", "--device", "cpu"]
+PUBLISHED = dict(device="auto", blocks=1, d_model=128, n_heads=8, n_freq=32, basis="fourier",
+                 sob_lambda=5e-7, train_steps=800, lr=3e-4, batch=32, seq=256, eval_windows=256)
+
+
+def _main(argv):
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse errors
+        return e.code
+
+
+def test_published_flags_and_defaults():
+    args = build_parser().parse_args(["train"])
+    assert {k: getattr(args, k) for k in PUBLISHED} == PUBLISHED
+    assert args.variant == "published" and args.solver is None and args.adjoint
+    assert args.lengths == [128, 512, 1024, 5000] and args.rtol == 1e-7 and args.atol == 1e-9
+    top = build_parser().format_help()
+    for flag in [*PUBLISHED, "variant", "solver", "rtol", "atol", "seed"]:
+        assert f"--{flag}" in top
+    for flag in ("--no-adjoint", "--run-dir", "--budget", "--lengths", "rk4-classic"):
+        assert flag in top
+
+
+def test_train_end_to_end_then_reuse_and_eval(tiny_path, tmp_path, monkeypatch, capsys):
+    env = {**os.environ, "CATLIB_DATA": str(tiny_path)}
+    cmd = [sys.executable, "-m", "catlib", "train", *TINY, "--run-dir", str(tmp_path)]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    out = r.stdout.splitlines()
+    assert out[0].startswith("step 0 | CAT ") and " | base " in out[0]
+    i = out.index("len | CAT CE | PPL | Bas CE | PPL | dCE")
+    assert out[i + 1].startswith("16 | ") and out[i + 2].startswith("32 | ")
+    assert any(line.startswith("leak score | CAT ") for line in out)
+    run_dir = out[-1].removeprefix("run: ")
+    assert Path(run_dir).name.startswith("published-")
+
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    assert main(["train", *TINY, "--run-dir", str(tmp_path)]) == 0
+    again = capsys.readouterr().out
+    assert "reusing finished run" in again and "step 0 |" not in again
+    assert main(["eval", run_dir, "--lengths", "16", "600000", "--eval_windows", "2",
+                 "--device", "cpu"]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("len | CAT CE") and "600000 | skipped" in table
+
+
+BAD = [
+    (["--train_steps", "0"], "--train_steps must be a positive integer"),
+    (["--batch", "-2"], "--batch must be a positive integer"),
+    (["--lr", "0"], "--lr must be a positive number"),
+    (["--seq", "60000"], "--seq must be at most 49998"),
+    (["--n_heads", "3"], "divisible by n_heads"),
+    (["--budget", "soon"], "invalid budget"),
+    (["--batch", "many"], "invalid int value"),
+    (["--device", "tpu"], "unknown device"),
+]
+
+
+@pytest.mark.parametrize("extra,message", BAD)
+def test_bad_flags(extra, message, tiny_path, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    assert _main(["train", *TINY, "--run-dir", str(tmp_path / "runs"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("device,available", [
+    ("cuda", torch.cuda.is_available()),
+    ("mps", getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available())])
+def test_unavailable_device(device, available, tiny_path, tmp_path, monkeypatch, capsys):
+    if available:
+        pytest.skip(f"{device} is available here")
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    assert _main(["train", *TINY[:-2], "--device", device, "--run-dir", str(tmp_path)]) == 2
+    assert f"--device {device}: {device.upper()} is not available" in capsys.readouterr().err
+
+
+def test_missing_or_corrupt_corpus(tmp_path, monkeypatch, capsys):
+    bad = tmp_path / "tiny.txt"
+    bad.write_text("To be, or not to be")
+    for path, message in ((bad, "has SHA-256"), (tmp_path / "none.txt", "corpus not found")):
+        monkeypatch.setenv("CATLIB_DATA", str(path))
+        assert _main(["train", *TINY, "--run-dir", str(tmp_path / "runs")]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "CATLIB_DATA" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_run_directory_and_no_overwrite(tiny_path, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    assert _main(["eval", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "runs" / "mine").mkdir(parents=True)
+    (tmp_path / "runs" / "mine" / "notes.txt").write_text("keep me")
+    assert _main(["train", *TINY, "--run-dir", str(tmp_path / "runs"), "--name", "mine"]) == 2
+    assert "not a catlib run directory" in capsys.readouterr().err
+    assert os.listdir(tmp_path / "runs" / "mine") == ["notes.txt"]
+    assert _main([]) == 2 and "choose a command" in capsys.readouterr().err

@@ -1,0 +1,108 @@
+"""Corpus lookup and checksum, vocabulary, split and the published batch sampler."""
+import io
+import urllib.error
+
+import numpy as np
+import pytest
+import torch
+
+from catlib import data
+from catlib.data import (CORPUS_CHARS, BatchSampler, DataError, Vocab, corpus_path,
+                         load_corpus)
+
+
+def test_corpus_vocab_and_split(corpus):
+    assert len(corpus.text) == CORPUS_CHARS == 1_115_394
+    assert len(corpus.vocab) == 65 and corpus.vocab.chars == sorted(set(corpus.text))
+    assert corpus.ids.dtype == torch.int64
+    assert torch.equal(corpus.train, corpus.ids[:50000]) and torch.equal(corpus.val, corpus.ids[50000:])
+    assert corpus.vocab.decode(corpus.vocab.encode("First Citizen")) == "First Citizen"
+    assert corpus.vocab.decode(corpus.train[:14]) == corpus.text[:14]
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        Vocab("abc").encode("abz")
+
+
+def test_lookup_order(tiny_path, tmp_path, monkeypatch):
+    cache = tmp_path / "xdg"
+    (cache / "catlib").mkdir(parents=True)
+    (cache / "catlib" / "tiny.txt").write_bytes(tiny_path.read_bytes())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.delenv("CATLIB_DATA", raising=False)
+    assert corpus_path() == cache / "catlib" / "tiny.txt"           # 3. the cache
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    assert corpus_path() == tiny_path                                 # 2. CATLIB_DATA
+    bad = tmp_path / "other.txt"
+    bad.write_text("not shakespeare")
+    with pytest.raises(DataError, match="SHA-256"):                   # 1. explicit path wins
+        corpus_path(bad)
+
+
+def test_corrupt_cache_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("CATLIB_DATA", raising=False)
+    (tmp_path / "catlib").mkdir()
+    (tmp_path / "catlib" / "tiny.txt").write_text("First Citizen: truncated")
+    with pytest.raises(DataError, match="delete it to download"):
+        load_corpus()
+
+
+def test_download_into_cache(tiny_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("CATLIB_DATA", raising=False)
+    urls = []
+
+    def fake_urlopen(url, timeout):
+        urls.append(url)
+        return io.BytesIO(tiny_path.read_bytes())
+    monkeypatch.setattr(data.urllib.request, "urlopen", fake_urlopen)
+    assert corpus_path() == tmp_path / "catlib" / "tiny.txt"
+    assert urls == [data.CORPUS_URL]
+    assert [p.name for p in (tmp_path / "catlib").iterdir()] == ["tiny.txt"]
+
+
+def test_failed_download_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("CATLIB_DATA", raising=False)
+
+    def offline(url, timeout):
+        raise urllib.error.URLError("no network")
+    monkeypatch.setattr(data.urllib.request, "urlopen", offline)
+    with pytest.raises(DataError, match="CATLIB_DATA"):
+        corpus_path()
+    assert list((tmp_path / "catlib").iterdir()) == []
+    monkeypatch.setattr(data.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"junk"))
+    with pytest.raises(DataError, match="SHA-256"):
+        corpus_path()
+    assert list((tmp_path / "catlib").iterdir()) == []
+
+
+def test_sampler_yields_the_published_windows(corpus):
+    B, T = 8, 256
+    sampler = BatchSampler(corpus.train, B, T, seed=0)
+    rng = np.random.default_rng(0)  # the published sampler, written out
+    for _ in range(3):
+        starts = rng.choice(len(corpus.train) - T - 1, size=B)
+        x, y = sampler()
+        assert x.shape == y.shape == (B, T) and x.dtype == torch.int64
+        for b, s in enumerate(starts):
+            w = corpus.train[s:s + T + 1]
+            assert torch.equal(x[b], w[:-1]) and torch.equal(y[b], w[1:])
+    # pinned: numpy's Generator.choice for seed 0 (guards against a change of numpy's stream)
+    assert BatchSampler(corpus.train, B, T, 0).starts().tolist() == [
+        42312, 31684, 25425, 13420, 15312, 2038, 3742, 822]
+
+
+def test_sampler_state_round_trip(corpus):
+    a = BatchSampler(corpus.train, 4, 16, seed=3)
+    a()
+    state = a.state_dict()
+    x1, _ = a()
+    b = BatchSampler(corpus.train, 4, 16, seed=99)
+    b.load_state_dict(state)
+    assert torch.equal(b()[0], x1)
+
+
+@pytest.mark.parametrize("batch,seq", [(0, 16), (4, 0), (4, 49999)])
+def test_sampler_rejects_bad_sizes(corpus, batch, seq):
+    with pytest.raises(ValueError):
+        BatchSampler(corpus.train, batch, seq)
