@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # Device of `make book`: auto (CUDA, then MPS, then CPU), cpu, cuda or mps.
 DEVICE ?= auto
 
-.PHONY: venv test unit clean book book-smoke nbval nbval-refs browser
+.PHONY: venv test unit clean book book-smoke nbval nbval-refs browser bench
 
 venv: $(STAMP)
 
@@ -51,3 +51,7 @@ test: unit nbval book-smoke browser
 
 clean:
 	rm -rf $(VENV) _build book/notebooks book/_generated book/figures
+
+# Speed, as ratios measured side by side in one run (a few minutes; not a test).
+bench: venv
+	$(PY) -m benchmarks.bench

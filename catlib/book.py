@@ -202,18 +202,14 @@ def _papermill_names(path: Path) -> list[str]:
 
 def resolve_device(name: str) -> str:
     """``auto`` -> cuda, mps or cpu (the first present); a device that is absent raises BookError."""
+    from .runs import RunError, resolve_device as resolve
+
     if name not in DEVICES:
         raise BookError(f"unknown device {name!r}; choose one of {list(DEVICES)}")
-    import torch
-    present = {"cpu": True, "cuda": torch.cuda.is_available(),
-               "mps": getattr(torch.backends, "mps", None) is not None
-               and torch.backends.mps.is_available()}
-    if name == "auto":
-        return next(d for d in ("cuda", "mps", "cpu") if present[d])
-    if not present[name]:
-        raise BookError(f"device {name!r} is not present on this machine; "
-                        f"use --device cpu or --device auto")
-    return name
+    try:
+        return resolve(name).type
+    except RunError as e:
+        raise BookError(f"device {name!r} is not present on this machine ({e})") from None
 
 
 # ------------------------------------------------------------------ running
@@ -333,28 +329,15 @@ def _now() -> str:
 
 def environment(root: Path) -> dict:
     """Package versions, platform and git commit for the reproducibility page."""
-    from importlib.metadata import PackageNotFoundError, version
-    versions = {}
-    for pkg in ("catlib", "torch", "torchdiffeq", "numpy", "matplotlib", "papermill",
-                "jupyter-book", "myst-nb", "sphinx", "nbval"):
-        try:
-            versions[pkg] = version(pkg)
-        except PackageNotFoundError:
-            versions[pkg] = "not installed"
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # read only
+    from .provenance import git_state, package_versions
 
-    def git(*args):
-        try:
-            out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                                 timeout=10, env=env)
-            return out.stdout.strip() if out.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError):
-            return None
-    status = git("status", "--porcelain", "--untracked-files=no")
+    versions = package_versions(("catlib", "torch", "torchdiffeq", "numpy", "matplotlib",
+                                 "papermill", "jupyter-book", "myst-nb", "sphinx", "nbval"))
+    git = git_state(root)
     return {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus": os.cpu_count(), "versions": versions,
-            "git_commit": git("rev-parse", "HEAD"),
-            "git_dirty": None if status is None else bool(status)}
+            "cpus": os.cpu_count(),
+            "versions": {k: v or "not installed" for k, v in versions.items()},
+            "git_commit": git["commit"], "git_dirty": git["dirty"]}
 
 
 def _update_report(root: Path, records: list[Record]) -> None:

@@ -22,7 +22,6 @@ import io
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from .config import CATConfig
 from .data import Corpus, load_corpus
 from .evaluate import PUBLISHED_LENGTHS, context_table, leak_score
 from .model import CAT
+from .provenance import git_state, package_versions
 from .train import NonFiniteLoss, SideBySide, TrainConfig, train_loop
 
 
@@ -131,35 +131,14 @@ def resolve_device(name: str = "auto") -> torch.device:
     return dev
 
 
-def _git_commit() -> dict:
-    root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # read only: never touch the index
-
-    def git(*args):
-        try:
-            r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                               timeout=10, env=env)
-            return r.stdout.strip() if r.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError):
-            return None
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
-
-
 def environment(device: torch.device) -> dict:
     """Versions, platform, device and git commit, for ``env.json``."""
-    from importlib.metadata import PackageNotFoundError, version
-    versions = {}
-    for pkg in ("catlib", "torch", "torchdiffeq", "numpy", "tqdm"):
-        try:
-            versions[pkg] = version(pkg)
-        except PackageNotFoundError:
-            versions[pkg] = None
+    versions = package_versions(("catlib", "torch", "torchdiffeq", "numpy", "tqdm"))
     dev = {"type": device.type, "name": str(device)}
     if device.type == "cuda":
         dev["name"] = torch.cuda.get_device_name(device)
     return {"python": sys.version.split()[0], "platform": platform.platform(),
-            "versions": versions, "device": dev, "git": _git_commit(),
+            "versions": versions, "device": dev, "git": git_state(),
             "torch_threads": torch.get_num_threads(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 

@@ -1,6 +1,5 @@
 """The book's runner (profiles, bad input, failing notebooks) and a real-browser check of the build."""
 import json
-import os
 import re
 import shutil
 import subprocess
