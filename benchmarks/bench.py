@@ -113,15 +113,28 @@ def case_same_math(repeats: int = 3) -> dict:
     return dict(naive_seconds=t_naive, catlib_seconds=t_ours, speedup=t_naive / t_ours)
 
 
-def case_matmul_peak(n: int = 2048, repeats: int = 5) -> dict:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    best = min(_timed(lambda: a @ b) for _ in range(repeats))
-    return dict(gflops=2 * n ** 3 / best / 1e9)
+def case_matmul_peak(repeats: int = 10) -> dict:
+    """Best float32 matmul rate over a square product and the feed-forward's own shapes."""
+    shapes = [(2048, 2048, 2048), (4096, 4096, 4096), (BATCH * SEQ, 128, 512), (BATCH * SEQ, 512, 128)]
+    best = {}
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        a @ b
+        seconds = min(_timed(lambda: a @ b) for _ in range(repeats))
+        best[f"{m}x{k}x{n}"] = 2 * m * k * n / seconds / 1e9
+    return dict(gflops=max(best.values()), by_shape=best)
 
 
-def case_attention(length: int, causal: bool) -> dict:
-    """Attention alone (published size per head), forward + backward, batch 1."""
+def case_attention(length: int, causal: bool, linear_path: bool = False) -> dict:
+    """Attention alone (published size per head), forward + backward, batch 1.
+
+    ``linear_path`` forces the causal operator's gather path at every length (the
+    library uses a dense matmul up to ``DENSE_CAUSAL_MAX``, faster there).
+    """
+    import catlib.attention
+
+    if linear_path:
+        catlib.attention.DENSE_CAUSAL_MAX = 0
     torch.manual_seed(0)
     attn = catlib.ContinuousAttention(128, 8, 32, causal=causal, normalised_integral=causal,
                                       dropout=0.0)
@@ -149,12 +162,15 @@ def case_eval(length: int, windows: int, batched: bool) -> dict:
     sizes = {k: v for k, v in PUBLISHED_SIZE.items() if k != "quad_nodes"}
     published = ref.CAT(**sizes, solver="rk4-classic")
     val = torch.randint(0, 65, ((windows + 1) * length + 1,))
-    t0 = time.perf_counter()
     if batched:
         ours = catlib.load_published(published.state_dict(), solver="rk4-classic")
+        cross_entropy(ours, val, length, eval_windows=1)                  # warm-up
+        t0 = time.perf_counter()
         cross_entropy(ours, val, length, eval_windows=windows)
     else:
         x, y = make_windows(val, length, windows)
+        published(x[:1])                                                  # warm-up
+        t0 = time.perf_counter()
         for k in range(windows):
             logits, _ = published(x[k:k + 1])
             torch.nn.functional.cross_entropy(logits[0], y[k]).item()
@@ -242,6 +258,10 @@ def main(argv=None) -> int:
             progress(f"attention T={length} causal={causal}")
             key = f"{'causal' if causal else 'published'} T={length}"
             results["attention_scaling"][key] = run_case("case_attention", length=length, causal=causal)
+    for length in (1024, lengths[-1]):
+        progress(f"attention T={length} causal, linear path forced")
+        results["attention_scaling"][f"causal linear path T={length}"] = run_case(
+            "case_attention", length=length, causal=True, linear_path=True)
     progress("evaluation throughput")
     results["eval"] = {
         "L=512 published loop (batch 1, train mode)": run_case("case_eval", length=512, windows=16,
@@ -261,7 +281,8 @@ def main(argv=None) -> int:
 def report(r: dict) -> None:
     peak = r["matmul_peak"]["gflops"]
     print(f"machine: {r['machine']['platform']}, {r['machine']['cpus']} CPUs, torch {r['machine']['torch']}")
-    print(f"float32 matmul peak (2048^3): {peak:.1f} GFLOP/s\n")
+    shapes = ", ".join(f"{k} {v:.0f}" for k, v in r["matmul_peak"]["by_shape"].items())
+    print(f"float32 matmul peak: {peak:.1f} GFLOP/s (best of {shapes})\n")
     print("training step, published default size (B=32, T=256, D=128, h=8, n=32, K=1)")
     print(f"{'case':<62} {'s/step':>9} {'tok/s':>8} {'NFE f/b':>11} {'MFU':>6} {'RSS MB':>7}")
     book = r["train_step"]["rk4-classic, 4 steps (published)"]
@@ -286,7 +307,7 @@ def report(r: dict) -> None:
     print("\nattention forward+backward, batch 1, D=128, h=8, n=32, Q=64")
     for key, c in r["attention_scaling"].items():
         print(f"  {key:<22} {c['seconds'] * 1e3:9.1f} ms  {c['peak_rss_mb']:7.0f} MB")
-    for kind in ("published", "causal"):
+    for kind in ("published", "causal", "causal linear path"):
         a = r["attention_scaling"].get(f"{kind} T=1024")
         b = r["attention_scaling"].get(f"{kind} T=8192") or r["attention_scaling"].get(f"{kind} T=4096")
         top = 8192 if f"{kind} T=8192" in r["attention_scaling"] else 4096

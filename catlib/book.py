@@ -448,6 +448,37 @@ def first_page(root: Path) -> str:
 
 # ------------------------------------------------------------------ command line
 
+README_MARKERS = ("<!-- headline:start -->", "<!-- headline:end -->")
+
+
+def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | None:
+    """Label the headline table notebook 06 wrote and copy it to ``results/`` and the README.
+
+    The label names the profile, device, commit and date of the build, so the README's
+    numbers are an artefact of this project, never typed by hand.
+    """
+    table = root / "book" / "_generated" / "headline_table.md"
+    if not table.exists():
+        return None
+    git = environment(root)
+    commit = (git["git_commit"] or "unknown")[:12] + (" (uncommitted changes)" if git["git_dirty"] else "")
+    device = records[0].device if records else "?"
+    label = (f"_Written by `python -m catlib.book --profile {profile}` on {device}, "
+             f"commit {commit}, {_now()}._")
+    text = f"{label}\n\n{table.read_text().strip()}\n"
+    out = root / "results" / f"headline_{profile}.md"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(text)
+    readme = root / "README.md"
+    start, end = README_MARKERS
+    body = readme.read_text() if readme.exists() else ""
+    if profile == "cpu" and start in body and end in body:
+        head, rest = body.split(start, 1)
+        readme.write_text(f"{head}{start}\n{text}{end}{rest.split(end, 1)[1]}")
+    print(f"[book] headline table written to {out}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m catlib.book",
@@ -471,7 +502,9 @@ def main(argv: list[str] | None = None) -> int:
                     output_dir=root / "tests" / "nbval", figure_dir="", report=False)
                 print(f"[book] nbval references written to {root / 'tests' / 'nbval'}")
                 return 0
-            run(args.profile, args.device, args.only, root=root)
+            records = run(args.profile, args.device, args.only, root=root)
+            if not args.only and args.profile != "smoke":
+                publish_headline(root, args.profile, records)
         if args.no_build:
             return 0
         missing = [n for n in check_profiles() if not (root / "book" / "notebooks" / f"{n}.ipynb").exists()]

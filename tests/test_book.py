@@ -207,3 +207,20 @@ def test_mathjax_is_served_locally():
     scripts = re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', html, re.I)
     assert scripts and not any(s.startswith(("http:", "https:", "//")) for s in scripts), scripts
     assert (HTML / "_static" / "mathjax" / "tex-chtml.js").exists()
+
+
+# ------------------------------------------------------------------ the README's headline table
+
+def test_headline_table_is_labelled_and_copied_into_the_readme(tmp_path):
+    (tmp_path / "book" / "_generated").mkdir(parents=True)
+    (tmp_path / "book" / "_generated" / "headline_table.md").write_text("| a |\n|---|\n| 1 |\n")
+    (tmp_path / "README.md").write_text("intro\n<!-- headline:start -->\nold\n<!-- headline:end -->\nrest\n")
+    records = [book.Record("06_context_length", "cpu", "cpu", 1.0, "ok", "now")]
+    out = book.publish_headline(tmp_path, "cpu", records)
+    text = out.read_text()
+    assert out == tmp_path / "results" / "headline_cpu.md"
+    assert text.startswith("_Written by `python -m catlib.book --profile cpu` on cpu")
+    readme = (tmp_path / "README.md").read_text()
+    assert "old" not in readme and "| 1 |" in readme and readme.endswith("<!-- headline:end -->\nrest\n")
+    book.publish_headline(tmp_path, "cpu", records)            # idempotent: one copy only
+    assert (tmp_path / "README.md").read_text().count("| 1 |") == 1
