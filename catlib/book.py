@@ -460,8 +460,10 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
     table = root / "book" / "_generated" / "headline_table.md"
     if not table.exists():
         return None
-    git = environment(root)
-    commit = (git["git_commit"] or "unknown")[:12] + (" (uncommitted changes)" if git["git_dirty"] else "")
+    from .provenance import git_state
+
+    git = git_state(root, ignore=("README.md", "results"))   # our own outputs do not count
+    commit = (git["commit"] or "unknown")[:12] + (" (uncommitted changes)" if git["dirty"] else "")
     device = records[0].device if records else "?"
     label = (f"_Written by `python -m catlib.book --profile {profile}` on {device}, "
              f"commit {commit}, {_now()}._")

@@ -20,8 +20,11 @@ def package_versions(names) -> dict[str, str | None]:
     return found
 
 
-def git_state(root: Path = REPO_ROOT) -> dict:
-    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout at ``root``."""
+def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
+    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout at ``root``.
+
+    Changes to the paths in ``ignore`` (outputs the caller writes itself) do not count.
+    """
     env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # read only: never touch the index
 
     def git(*args):
@@ -31,5 +34,6 @@ def git_state(root: Path = REPO_ROOT) -> dict:
             return r.stdout.strip() if r.returncode == 0 else None
         except (OSError, subprocess.SubprocessError):
             return None
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                 *(f":(exclude){p}" for p in ignore))
     return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
