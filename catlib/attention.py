@@ -24,7 +24,7 @@ import torch.nn as nn
 
 from .bases import basis
 from .kernel import Kernel2D, kernel_logits, sobolev_penalty
-from .quadrature import gauss_legendre, interpolation_stencil
+from .quadrature import gauss_legendre, interpolation_matrix, neighbours
 
 # Up to this length the causal operator is one dense [h, T, T] matmul: quadratic
 # in T but BLAS-fast (measured on 2 CPU cores: about 2x faster than the gather at
@@ -118,18 +118,14 @@ class ContinuousAttention(nn.Module):
                 log_w = torch.where(s[:, None] > 0, log_w, torch.log(self.t_w.to(dtype)))
             else:
                 log_w = torch.log(self.t_w.to(dtype))
-            i0, a = interpolation_stencil(t, length)
             geo = dict(phi_s=basis(self.basis_name, s, self.n_freq),
-                       phi_t=basis(self.basis_name, t, self.n_freq),
-                       i0=i0, a=a, log_w=log_w, s=s)
-            if not self.causal:
+                       phi_t=basis(self.basis_name, t, self.n_freq), log_w=log_w)
+            if self.causal:
+                geo["index"], geo["split"] = neighbours(t, length)          # [T, Q, 2] each
+            else:
                 # Interpolation as a [Q, T] matrix: a matmul is cheaper than a gather
                 # and its backward than a scatter.
-                i1 = (i0 + 1).clamp(max=length - 1)
-                interp = torch.zeros(len(i0), length, device=device, dtype=dtype)
-                interp.index_put_((torch.arange(len(i0), device=device), i0), 1 - a, accumulate=True)
-                interp.index_put_((torch.arange(len(i0), device=device), i1), a, accumulate=True)
-                geo["interp"] = interp
+                geo["interp"] = interpolation_matrix(t, length)
             if len(self._bases) >= 8:   # a handful of lengths at a time is all a run uses
                 self._bases.clear()
             self._bases[key] = geo
@@ -157,9 +153,8 @@ class ContinuousAttention(nn.Module):
         if not self.causal:
             return AttentionPlan(length, weights=weights, interp=geo["interp"])
         # Each node reads two tokens: split its weight over them.
-        i0, a = geo["i0"], geo["a"]
-        index = torch.cat([i0, (i0 + 1).clamp(max=length - 1)], dim=-1)      # [T, 2Q]
-        token_w = torch.cat([weights * (1 - a), weights * a], dim=-1)       # [h, T, 2Q]
+        index = geo["index"].flatten(1)                                       # [T, 2Q]
+        token_w = (weights[..., None] * geo["split"]).flatten(2)             # [h, T, 2Q]
         if length > DENSE_CAUSAL_MAX:
             return AttentionPlan(length, weights=token_w, index=index)
         mixing = token_w.new_zeros(token_w.shape[0], length, length)

@@ -39,13 +39,25 @@ def interpolation_stencil(positions: torch.Tensor, length: int) -> tuple[torch.T
     return i0, a
 
 
+def neighbours(positions: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two tokens each position reads and their weights: ``(index, weight)``, each
+    ``[*positions.shape, 2]``, with v(p) = sum_k weight[..., k] * v[index[..., k]]."""
+    i0, a = interpolation_stencil(positions, length)
+    index = torch.stack([i0, (i0 + 1).clamp(max=length - 1)], dim=-1)
+    return index, torch.stack([1 - a, a], dim=-1)
+
+
+def interpolation_matrix(positions: torch.Tensor, length: int) -> torch.Tensor:
+    """Linear interpolation as a matrix: ``[P, T]`` for ``positions [P]``, so that
+    ``matrix @ values[T, ...]`` is the interpolant at the positions."""
+    index, weight = neighbours(positions, length)
+    matrix = weight.new_zeros(len(positions), length)
+    return matrix.scatter_add_(1, index, weight)
+
+
 def interpolate(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Piecewise-linear interpolant of ``values [B, T, D]`` at ``positions [P]`` in [0, 1].
 
     Returns ``[B, P, D]``.
     """
-    length = values.shape[1]
-    i0, a = interpolation_stencil(positions, length)
-    i1 = (i0 + 1).clamp(max=length - 1)
-    a = a.to(values.dtype)[None, :, None]
-    return (1 - a) * values[:, i0] + a * values[:, i1]
+    return interpolation_matrix(positions.to(values.dtype), values.shape[1]) @ values
