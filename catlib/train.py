@@ -173,20 +173,10 @@ class SideBySide:
         self.base.train()
         x, y = (t.to(self.device) for t in self.sampler())  # [B, seq] each
 
-        logits, pen = self.cat(x, penalty=True)  # [B, seq, V], scalar
-        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
-        loss = ce + w * pen
-        _check_finite(loss, s, "CAT")
-        self.opt_cat.zero_grad(set_to_none=True)
-        loss.backward()
+        ce, loss, pen = self._backward(self.cat, self.opt_cat, x, y, w, "CAT")
         nfe = self.cat.nfe
-
-        blogits, _ = self.base(x)
-        bloss = F.cross_entropy(blogits.reshape(-1, blogits.shape[-1]), y.reshape(-1))
-        _check_finite(bloss, s, "baseline")
-        self.opt_base.zero_grad(set_to_none=True)
-        bloss.backward()
+        _, bloss, _ = self._backward(self.base, self.opt_base, x, y, 0.0, "baseline")
 
         with _defer_sigint():
             self.opt_cat.step()
@@ -198,6 +188,19 @@ class SideBySide:
                 "base_loss": bloss.item(), "penalty": pen.item(), "pen_w": w,
                 "nfe_forward": nfe["forward"], "nfe_backward": nfe["backward"],
                 "seconds": seconds, "tokens_per_s": x.numel() / seconds}
+
+    def _backward(self, model, optimiser, x, y, pen_w: float, which: str):
+        """Loss ``CE + pen_w * penalty`` of one model on x, y [B, seq], and its gradients.
+
+        Returns (ce, loss, penalty); raises NonFiniteLoss before any gradient is written.
+        """
+        logits, pen = model(x, penalty=True)  # [B, seq, V], scalar (zero for the baseline)
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss = ce + pen_w * pen if pen_w else ce
+        _check_finite(loss, self.step, which)
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        return ce, loss, pen
 
     def validate(self, val_ids: torch.Tensor) -> dict:
         """Validation CE of both models (eval mode, ``val_windows`` windows of length seq)."""
