@@ -10,6 +10,8 @@ L_i w_q, and
 Published: c_iq = softmax_q(W(s_i, t_q)) * w_q (defect 4: the row sums fall far
 below 1). Normalised: c_iq = exp(W_iq) w_iq / sum_q' exp(W_iq') w_iq', a
 quadrature of integral_0^{L_i} k(s_i, t) v(t) dt with integral k dt = 1.
+Causal, at s_0 = 0 the interval is empty: the row has weight 0 (published c_iq), or
+reads token 0 alone (normalised: the limit as s -> 0 of the kernel normalised on [0, s]).
 
 The mixing weights depend on the length T and the kernel parameters only, not
 on the hidden state, so :meth:`ContinuousAttention.plan` computes them once per
@@ -93,7 +95,9 @@ class ContinuousAttention(nn.Module):
         self.register_buffer("t_nodes", nodes.float())
         self.register_buffer("t_w", weights.float())
         self.drop = nn.Dropout(dropout) if dropout_inside else nn.Identity()
+        # Geometry per (length, device, dtype), valid for the buffers it was built from.
         self._bases: dict = {}
+        self._bases_built_from: tuple | None = None
 
     # -- kernels ---------------------------------------------------------------
     def stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,31 +109,67 @@ class ContinuousAttention(nn.Module):
         coeffs, _ = self.stacked()
         return sobolev_penalty(coeffs, self.basis_name, self.kernels[0].penalty)
 
-    def _geometry(self, length: int, device, dtype):
-        """Basis values and interpolation stencils at one length, built once and cached."""
-        # The node buffer's version is in the key: load_state_dict copies into it in place.
-        key = (length, device, dtype, self.t_nodes._version)
+    def _geometry(self, length: int, device, dtype) -> dict:
+        """Basis values and interpolation stencils at one length, built once and cached.
+
+        Returns ``phi_s [n, T]``; ``phi_t [n, Q]`` (published) or ``[n, T, Q]`` (causal);
+        ``log_w [Q]`` or ``[T, Q]``, the log quadrature weights (-inf on the empty interval
+        of s = 0); ``log_w_normalised``, the same with that row made finite; and
+        ``interp [Q, T]`` (published) or ``index``, ``split [T, Q, 2]`` (causal).
+        """
+        self._drop_stale_geometry()
+        key = (length, torch.device(device), dtype)
         if key not in self._bases:
-            s = torch.linspace(0, 1, length, device=device, dtype=dtype)   # query positions
-            t = self.t_nodes.to(dtype)
-            if self.causal:
-                t = s[:, None] * t[None, :]                                   # [T, Q] nodes on [0, s_i]
-                log_w = torch.log(s[:, None] * self.t_w.to(dtype))            # -inf at s = 0: masked below
-                log_w = torch.where(s[:, None] > 0, log_w, torch.log(self.t_w.to(dtype)))
-            else:
-                log_w = torch.log(self.t_w.to(dtype))
-            geo = dict(phi_s=basis(self.basis_name, s, self.n_freq),
-                       phi_t=basis(self.basis_name, t, self.n_freq), log_w=log_w)
-            if self.causal:
-                geo["index"], geo["split"] = neighbours(t, length)          # [T, Q, 2] each
-            else:
-                # Interpolation as a [Q, T] matrix: a matmul is cheaper than a gather
-                # and its backward than a scatter.
-                geo["interp"] = interpolation_matrix(t, length)
+            # Built with inference mode off: an entry made while evaluating under
+            # torch.inference_mode must still serve a training pass afterwards, and
+            # inference tensors cannot be saved for backward. Nothing here needs grad.
+            with torch.inference_mode(False), torch.no_grad():
+                geo = self._build_geometry(length, device, dtype)
             if len(self._bases) >= 8:   # a handful of lengths at a time is all a run uses
                 self._bases.clear()
             self._bases[key] = geo
         return self._bases[key]
+
+    def _drop_stale_geometry(self) -> None:
+        """Empty the cache when the quadrature buffers are not those it was built from.
+
+        Values are compared, not version counters: buffers made under inference_mode have
+        none, and new buffers (``.half().float()``, reassignment) restart theirs at 0.
+        load_state_dict and in-place edits of ``t_nodes`` or ``t_w`` are caught alike.
+        The comparison is 2Q numbers per plan, i.e. per block and forward pass.
+        """
+        current = (self.t_nodes, self.t_w)
+        built_from = self._bases_built_from
+        if built_from is not None and all(
+                a.device == b.device and a.dtype == b.dtype and torch.equal(a, b)
+                for a, b in zip(built_from, current)):
+            return
+        self._bases.clear()
+        with torch.inference_mode(False):
+            self._bases_built_from = tuple(b.detach().clone() for b in current)
+
+    def _build_geometry(self, length: int, device, dtype) -> dict:
+        s = torch.linspace(0, 1, length, device=device, dtype=dtype)   # query positions [T]
+        nodes, w = self.t_nodes.to(dtype), self.t_w.to(dtype)
+        if self.causal:
+            t = s[:, None] * nodes[None, :]                              # [T, Q] nodes on [0, s_i]
+            log_w = torch.log(s[:, None] * w[None, :])                   # [T, Q], -inf at s = 0
+            # Normalised on the empty interval [0, 0] the kernel has a limit: all nodes sit
+            # at t = 0, so the row reads token 0 whatever its weights; finite ones avoid 0/0.
+            log_w_normalised = torch.where(s[:, None] > 0, log_w, torch.log(w))
+        else:
+            t = nodes
+            log_w = log_w_normalised = torch.log(w)                     # [Q]
+        geo = dict(phi_s=basis(self.basis_name, s, self.n_freq),
+                   phi_t=basis(self.basis_name, t, self.n_freq),
+                   log_w=log_w, log_w_normalised=log_w_normalised)
+        if self.causal:
+            geo["index"], geo["split"] = neighbours(t, length)          # [T, Q, 2] each
+        else:
+            # Interpolation as a [Q, T] matrix: a matmul is cheaper than a gather
+            # and its backward than a scatter.
+            geo["interp"] = interpolation_matrix(t, length)
+        return geo
 
     def plan(self, length: int, device=None, dtype=None) -> AttentionPlan:
         """Mixing weights for sequences of ``length`` T (see the module docstring)."""
@@ -146,10 +186,10 @@ class ContinuousAttention(nn.Module):
         geo = self._geometry(length, device, dtype)
         w = kernel_logits(coeffs, log_scale, geo["phi_s"], geo["phi_t"])          # [h, T, Q]
         if self.normalised_integral:
-            weights = torch.softmax(w + geo["log_w"], dim=-1)
+            weights = torch.softmax(w + geo["log_w_normalised"], dim=-1)
         else:
-            node_w = geo["log_w"].exp()
-            weights = torch.softmax(w, dim=-1) * node_w
+            # Weights L_i w_q: exp(-inf) = 0 at s = 0, where [0, s] is empty.
+            weights = torch.softmax(w, dim=-1) * geo["log_w"].exp()
         if not self.causal:
             return AttentionPlan(length, weights=weights, interp=geo["interp"])
         # Each node reads two tokens: split its weight over them.

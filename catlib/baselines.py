@@ -4,6 +4,11 @@ Published: Embedding -> nn.TransformerEncoder (K post-norm layers, ReLU, 4D
 feed-forward, dropout 0.1), no mask and no positional encoding, then a Linear
 to the vocabulary and dropout on the logits. Corrected: causal mask,
 sinusoidal positions computed at any length, no dropout on the logits.
+
+``baseline_positions="rope"`` or ``"alibi"`` (corrected baseline only): the
+same layers written out with :class:`~catlib.qk_attention.QKAttention`, nothing
+added to the embeddings; positions enter through rotary q/k or the ALiBi score
+bias, the two schemes a reader would pick for length extrapolation.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from .config import CATConfig
+from .qk_attention import QKAttention, alibi_bias
 
 
 def sinusoidal_positions(length: int, d_model: int, device=None, dtype=None) -> torch.Tensor:
@@ -26,18 +32,50 @@ def sinusoidal_positions(length: int, d_model: int, device=None, dtype=None) -> 
     return enc.to(dtype or torch.float32)
 
 
+class QKEncoderLayer(nn.Module):
+    """``nn.TransformerEncoderLayer`` (post-norm, ReLU, 4D feed-forward) around a causal
+    :class:`QKAttention`: ``x [B, T, D]``, optional score ``bias`` -> ``[B, T, D]``.
+
+    x = norm1(x + drop(attn(x))); x = norm2(x + drop(ff(x))), with the same parameter
+    count as the library layer.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, rotary: bool):
+        super().__init__()
+        self.self_attn = QKAttention(d_model, n_heads, dropout, rotary=rotary)
+        self.ff = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Dropout(dropout),
+                                nn.Linear(4 * d_model, d_model))
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.norm1(x + self.drop1(self.self_attn(x, bias)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
 class Baseline(nn.Module):
-    """``forward(tokens [B, T]) -> (logits [B, T, V], zero penalty)``, as CAT's."""
+    """``forward(tokens [B, T]) -> (logits [B, T, V], zero penalty)``, as CAT's.
+
+    ``config.baseline_positions`` picks the layers: "sinusoidal" (published or corrected,
+    ``nn.TransformerEncoder`` in ``enc``) or "rope" / "alibi" (:class:`QKEncoderLayer`
+    in ``layers``, no positions added to the embeddings).
+    """
 
     def __init__(self, config: CATConfig):
         super().__init__()
         self.config = cfg = config.resolved()
         d = cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, d)
-        layer = nn.TransformerEncoderLayer(d, cfg.n_heads, 4 * d, dropout=cfg.dropout,
-                                           batch_first=True)
-        # Nested tensors only matter with padding masks; keeping them off avoids a warning.
-        self.enc = nn.TransformerEncoder(layer, num_layers=cfg.blocks, enable_nested_tensor=False)
+        if cfg.baseline_positions == "sinusoidal":
+            layer = nn.TransformerEncoderLayer(d, cfg.n_heads, 4 * d, dropout=cfg.dropout,
+                                               batch_first=True)
+            # Nested tensors only matter with padding masks; keeping them off avoids a warning.
+            self.enc = nn.TransformerEncoder(layer, num_layers=cfg.blocks,
+                                             enable_nested_tensor=False)
+        else:
+            rotary = cfg.baseline_positions == "rope"
+            self.layers = nn.ModuleList(QKEncoderLayer(d, cfg.n_heads, cfg.dropout, rotary)
+                                        for _ in range(cfg.blocks))
         self.proj = nn.Linear(d, cfg.vocab_size)
         self.drop = nn.Dropout(cfg.dropout) if cfg.logit_dropout else nn.Identity()
 
@@ -46,6 +84,8 @@ class Baseline(nn.Module):
             raise ValueError(f"tokens must be [B, T] with T >= 1, got shape {tuple(tokens.shape)}")
         length = tokens.shape[1]
         x = self.embed(tokens)
+        if self.config.baseline_positions != "sinusoidal":
+            return self._forward_qk(x)
         if self.config.positional_encoding:
             x = x + sinusoidal_positions(length, x.shape[-1], x.device, x.dtype)
         mask = None
@@ -53,4 +93,14 @@ class Baseline(nn.Module):
             mask = nn.Transformer.generate_square_subsequent_mask(length, device=x.device, dtype=x.dtype)
         h = self.enc(x, mask=mask, is_causal=self.config.causal)
         logits = self.drop(self.proj(h))
+        return logits, logits.new_zeros(())
+
+    def _forward_qk(self, x: torch.Tensor):
+        """RoPE / ALiBi layers on embeddings ``x [B, T, D]``; the ALiBi bias is built once."""
+        bias = None
+        if self.config.baseline_positions == "alibi":
+            bias = alibi_bias(self.config.n_heads, x.shape[1], x.device, x.dtype)   # [h, T, T]
+        for layer in self.layers:
+            x = layer(x, bias)
+        logits = self.drop(self.proj(x))
         return logits, logits.new_zeros(())

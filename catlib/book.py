@@ -33,6 +33,7 @@ import ast
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -260,30 +261,68 @@ def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
             timeout: float | None = None) -> float:
     """Run one notebook with papermill; return its wall time in seconds.
 
-    The result is written to a temporary file and renamed to ``NAME.ipynb`` only
-    on success, so a failure never replaces a good executed copy.
+    The execution is written to a private temporary folder and moved to
+    ``NAME.ipynb`` only on success: a failure, Ctrl-C or kill -9 never leaves a
+    half-written notebook in ``output_dir`` nor replaces a good executed copy.
     """
+    import tempfile
+
     import papermill as pm
     source = source_dir / f"{name}.ipynb"
     output_dir.mkdir(parents=True, exist_ok=True)
-    partial = output_dir / f".{name}.running.ipynb"
     failed = output_dir / f"{name}.failed.ipynb"
     start = time.perf_counter()
-    try:
-        pm.execute_notebook(str(source), str(partial), parameters=parameters,
-                            kernel_name="python3", cwd=str(output_dir), progress_bar=False,
-                            request_save_on_cell_execute=False, execution_timeout=timeout)
-    except Exception as err:  # noqa: BLE001 - every failure is reported the same way
-        cause = (f"{err.ename}: {err.evalue}" if hasattr(err, "ename")
-                 else f"{type(err).__name__}: {err}")
-        saved = None
-        if partial.exists():
-            partial.replace(failed)
-            saved = failed
-        raise NotebookFailed(name, _failed_cell(err, failed), cause.strip(), saved) from None
-    partial.replace(output_dir / f"{name}.ipynb")
+    with tempfile.TemporaryDirectory(prefix="catlib-book-") as staging:
+        partial = Path(staging) / f"{name}.ipynb"
+        try:
+            pm.execute_notebook(str(source), str(partial), parameters=parameters,
+                                kernel_name="python3", cwd=str(output_dir), progress_bar=False,
+                                request_save_on_cell_execute=False, execution_timeout=timeout)
+        except Exception as err:  # noqa: BLE001 - every failure is reported the same way
+            cause = (f"{err.ename}: {err.evalue}" if hasattr(err, "ename")
+                     else f"{type(err).__name__}: {err}")
+            saved = None
+            if partial.exists():
+                shutil.move(str(partial), str(failed))
+                saved = failed
+            raise NotebookFailed(name, _failed_cell(err, failed), cause.strip(), saved) from None
+        # Same filesystem or not, the copy lands under a hidden name first, then one rename.
+        landing = output_dir / f".{name}.landing.ipynb"
+        show_parameters_once(partial, landing)
+        os.replace(landing, output_dir / f"{name}.ipynb")
     failed.unlink(missing_ok=True)
     return time.perf_counter() - start
+
+
+def show_parameters_once(executed: Path, dest: Path) -> None:
+    """Copy an executed notebook, showing its parameters once: the values papermill
+    injected are written into the ``parameters`` cell (each ``name = value  # comment``
+    line keeps its comment) and the injected cell gets ``remove-cell``, so the page
+    shows the values the notebook ran with, once, with their explanations."""
+    import nbformat
+    nb = nbformat.read(str(executed), as_version=4)
+    tagged = lambda tag: [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]  # noqa: E731
+    params, injected = tagged("parameters"), tagged("injected-parameters")
+    if params and injected:
+        values = {}
+        for node in ast.parse(injected[0].source).body:
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                values[node.targets[0].id] = ast.get_source_segment(injected[0].source, node.value)
+        lines = []
+        for line in params[0].source.splitlines():
+            code, hash_, comment = line.partition("#")
+            name = code.split("=", 1)[0].strip()
+            if "=" in code and name in values:
+                new_code = f"{name} = {values.pop(name)}"
+                width = max(len(code) - 1, len(new_code))          # keep the comments aligned
+                line = f"{new_code.ljust(width)} #{comment}" if hash_ else new_code
+            lines.append(line)
+        lines += [f"{k} = {v}" for k, v in values.items()]   # injected names the cell lacks
+        params[0].source = "\n".join(lines)
+        tags = injected[0].metadata.setdefault("tags", [])
+        if "remove-cell" not in tags:
+            tags.append("remove-cell")
+    nbformat.write(nb, str(dest))
 
 
 def run(profile: str, device: str = "auto", only: Iterable[str] | None = None, *,
@@ -309,6 +348,9 @@ def run(profile: str, device: str = "auto", only: Iterable[str] | None = None, *
         raise BookError(f"unknown notebook(s) {unknown}; the book has {names}")
     dev = resolve_device(device)
     output_dir = output_dir or root / "book" / "notebooks"
+    # Leftovers of a build killed while a notebook landed (older runners staged here too).
+    for stale in (*output_dir.glob(".*.landing.ipynb"), *output_dir.glob(".*.running.ipynb")):
+        stale.unlink(missing_ok=True)
     # Idle OpenMP threads sleep instead of spinning: on a busy machine spinning
     # threads slow small torch operations down 10-50x. Kernels inherit this.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -516,6 +558,11 @@ def main(argv: list[str] | None = None) -> int:
     except BookError as err:
         print(f"[book] error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("[book] interrupted: the notebooks executed so far are kept and no half-written "
+              "notebook is left; run the same command again (finished training runs are reused, "
+              "interrupted ones resume)", file=sys.stderr)
+        return 130
     print(f"[book] built; first page: {first}")
     return 0
 

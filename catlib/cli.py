@@ -2,7 +2,9 @@
 
 Bad input (flags, corpus, run directory, device) prints one line on stderr naming the
 problem and the fix, and exits with status 2 before anything is written.
-Exit status 1: training stopped on a NaN/inf loss; 130: interrupted (Ctrl-C).
+Exit status 1: training stopped on a NaN/inf loss; 74 (EX_IOERR): a run file could not be
+written (disk full; the last checkpoint is intact, run the command again once there is
+space); 130: interrupted (Ctrl-C).
 """
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ import re
 import sys
 
 from .config import BASES, SOLVER_NAMES, VARIANTS, CATConfig
-from .data import TRAIN_CHARS, DataError
-from .evaluate import PUBLISHED_LENGTHS, format_table
-from .runs import (RunError, RunInterrupted, TrainingFailed, evaluate_run, open_run,
-                   resolve_device, train_run)
-from .train import TrainConfig
+from .data import CORPUS_CHARS, SPLITS, DataError, split_point
+from .evaluate import PUBLISHED_LENGTHS, check_settings, format_table
+from .runs import (RunError, RunInterrupted, StorageError, TrainingFailed, evaluate_run,
+                   open_run, resolve_device, train_run)
+from .train import MODELS, TrainConfig
 
 CPU_HINT = """\
 cost on a CPU: with no flags this is the published run: dopri5 at rtol 1e-7 / atol 1e-9
@@ -108,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--adjoint", action=argparse.BooleanOptionalAction, default=True,
                    help="backpropagate dopri5 through the adjoint ODE (default: on, as published)")
     c.add_argument("--seed", type=int, default=0, help="seed of torch, numpy, python and the sampler (default: 0)")
+    c.add_argument("--split", choices=SPLITS, default="published",
+                   help="corpus split: published (50000 training characters) or 90/10 (default: published)")
+    c.add_argument("--models", choices=MODELS, nargs="+", default=list(MODELS),
+                   help="the models to train: cat, base or both (default: cat base)")
     c.add_argument("--run-dir", default="runs", help="parent directory of the runs (default: runs)")
     c.add_argument("--name", default=None, help="run name (default: <variant>-<config hash>)")
     c.add_argument("--retrain", action="store_true", help="train again even if a finished run matches")
@@ -124,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "protocol and print the published table.")
     e.add_argument("run_dir", help="a run directory, e.g. runs/published-1a2b3c4d")
     _add_eval_flags(e)
+    e.add_argument("--allow-other-code", action="store_true",
+                   help="evaluate a run trained by other catlib code (another code fingerprint)")
     e.set_defaults(func=cmd_eval)
 
     top.epilog = "\n".join(p.format_help() for p in (t, e))
@@ -131,10 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _report(result: dict) -> str:
-    leak = result["leak"]
+    nonfinite = result.get("nonfinite", ())
+
+    def leak(m: str) -> str:
+        v = result["leak"].get(m)
+        return "non-finite" if f"leak_{m}" in nonfinite else "-" if v is None else f"{v:.3g}"
     return "\n".join([
         format_table(result["rows"]),
-        f"leak score | CAT {leak['cat']:.3g} | base {leak['base']:.3g}   "
+        f"leak score | CAT {leak('cat')} | base {leak('base')}   "
         "(about 0: causal, a language-model score; > 0: the model reads later tokens)"])
 
 
@@ -148,8 +160,11 @@ def cmd_train(args) -> int:
             rtol=args.rtol, atol=args.atol, adjoint=args.adjoint, steps=args.ode_steps)
         train_config = TrainConfig(train_steps=args.train_steps, lr=args.lr, batch=args.batch,
                                    seq=args.seq, seed=args.seed, val_every=args.val_every,
-                                   checkpoint_every=args.checkpoint_every, budget=args.budget)
-        train_config.validate(TRAIN_CHARS)
+                                   checkpoint_every=args.checkpoint_every, budget=args.budget,
+                                   split=args.split, models=tuple(args.models))
+        train_config.validate(split_point(CORPUS_CHARS, args.split), model_config.resolved().causal)
+        check_settings(args.lengths, args.eval_windows, args.batch_tokens,
+                       model_config.resolved().causal)
     except ValueError as err:
         raise RunError(_flagify(str(err))) from None
     run = train_run(model_config, train_config, root=args.run_dir, name=args.name, device=device,
@@ -163,12 +178,18 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     run = open_run(args.run_dir)
+    try:
+        check_settings(args.lengths, args.eval_windows, args.batch_tokens,
+                       run.model_config.resolved().causal)
+    except ValueError as err:
+        raise RunError(_flagify(str(err))) from None
     status = run.status
     if status.get("status") != "finished":
         print(f"note: run is {status.get('status')} at step {status.get('step')} of "
               f"{run.config['train']['train_steps']}; evaluating its last checkpoint", file=sys.stderr)
     result = evaluate_run(run, args.lengths, args.eval_windows, args.dropout_in_eval,
-                          args.batch_tokens, resolve_device(args.device), data=args.data)
+                          args.batch_tokens, resolve_device(args.device), data=args.data,
+                          allow_other_code=args.allow_other_code)
     print(_report(result))
     return 0
 
@@ -176,7 +197,7 @@ def cmd_eval(args) -> int:
 def _flagify(message: str) -> str:
     """'ode steps must ...' -> name the command-line flag instead of the config field."""
     flags = {"steps": "--ode-steps", "vocab_size": "vocab_size", "val_every": "--val-every",
-             "checkpoint_every": "--checkpoint-every"}
+             "checkpoint_every": "--checkpoint-every", "batch_tokens": "--batch-tokens"}
     field = message.split(" ", 1)[0]
     flag = flags.get(field, f"--{field}")
     return f"{flag}{message[len(field):]}"
@@ -197,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingFailed as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 1
+    except StorageError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 74
     except RunInterrupted as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 130

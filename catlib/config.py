@@ -14,6 +14,11 @@ BASES = ("fourier", "cheb")
 VARIANTS = ("published", "causal")
 SOLVER_NAMES = ("dopri5", "rk4-classic", "euler")
 PENALTIES = ("published", "exact")
+# How the baseline sees positions: added sinusoids, rotary q/k (RoPE) or an ALiBi score bias.
+BASELINE_POSITIONS = ("sinusoidal", "rope", "alibi")
+# CAT's kernel: on positions rescaled to [0, 1] (published), on token distances
+# (relative), or as the positional bias of query-key attention (content); see catlib.extrapolating.
+KERNELS = ("absolute", "relative", "content")
 
 # The corrections of ALGORITHM.md: field -> (published value, corrected value).
 CORRECTIONS = {
@@ -63,6 +68,10 @@ class CATConfig:
     penalty_once: bool | None = None
     positional_encoding: bool | None = None
     logit_dropout: bool | None = None
+    baseline_positions: str = "sinusoidal"
+    kernel: str = "absolute"
+    kernel_scale: float = 4.0      # c, in tokens: distances enter as psi(d) = log(1 + d / c)
+    kernel_horizon: float = 1024.0  # D, in tokens: psi(d) / psi(D) reaches 1 at d = D
 
     def __post_init__(self) -> None:
         self.validate()
@@ -91,6 +100,42 @@ class CATConfig:
             raise ValueError(f"sob_lambda must be >= 0, got {self.sob_lambda!r}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be None or >= 1, got {self.max_steps!r}")
+        self._validate_baseline_positions()
+        self._validate_kernel()
+
+    def _validate_baseline_positions(self) -> None:
+        """RoPE and ALiBi replace the corrected baseline's sinusoids: they need its causal
+        mask and positions (the published baseline has neither)."""
+        _choice("baseline_positions", self.baseline_positions, BASELINE_POSITIONS)
+        if self.baseline_positions == "sinusoidal":
+            return
+        pick = 0 if self.variant == "published" else 1
+        for name in ("causal", "positional_encoding"):
+            value = getattr(self, name)
+            if not (CORRECTIONS[name][pick] if value is None else value):
+                raise ValueError(
+                    f"baseline_positions={self.baseline_positions!r} needs the corrected baseline "
+                    f"(causal mask and positions), but {name} resolves to False; use "
+                    f"variant='causal' or set causal=True and positional_encoding=True")
+        if self.baseline_positions == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"baseline_positions='rope' rotates pairs of features: the head size "
+                f"d_model / n_heads = {self.d_model // self.n_heads} must be even")
+
+    def _validate_kernel(self) -> None:
+        """The length-invariant kernels are built on the corrected causal operator."""
+        _choice("kernel", self.kernel, KERNELS)
+        for name in ("kernel_scale", "kernel_horizon"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a number of tokens > 0, got {value!r}")
+        if self.kernel == "absolute":
+            return
+        causal = (self.variant != "published") if self.causal is None else self.causal
+        if not causal:
+            raise ValueError(
+                f"kernel={self.kernel!r} needs the causal corrected model, but causal resolves "
+                f"to False; use variant='causal' or set causal=True")
 
     def resolved(self) -> "CATConfig":
         """A copy with every correction left at ``None`` filled in from ``variant``."""

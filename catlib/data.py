@@ -27,6 +27,9 @@ CORPUS_URL = (
 CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 CORPUS_CHARS = 1_115_394
 TRAIN_CHARS = 50_000  # the published split: ids[:50000] train, the rest validation
+# "published": ids[:50000] train, the rest validation (the prototype's protocol);
+# "90/10": the first 90 % train, the last 10 % validation (nanoGPT's shakespeare_char).
+SPLITS = ("published", "90/10")
 
 
 class DataError(RuntimeError):
@@ -126,7 +129,10 @@ class Vocab:
 
 @dataclass
 class Corpus:
-    """The corpus with the published split. ``train`` [50000] and ``val`` [N - 50000], int64."""
+    """The corpus and one split of it: ``train`` and ``val``, int64 [N_train] and [N_val].
+
+    ``split`` "published": ids[:50000] / ids[50000:]; "90/10": ids[:n] / ids[n:], n = 0.9 N.
+    """
     text: str
     vocab: Vocab
     ids: torch.Tensor
@@ -134,15 +140,26 @@ class Corpus:
     val: torch.Tensor
     path: Path
     sha256: str = CORPUS_SHA256
+    split: str = "published"
 
 
-def load_corpus(path: str | os.PathLike | None = None, download: bool = True) -> Corpus:
-    """Locate, verify and encode the corpus; split ids[:50000] / ids[50000:]."""
+def split_point(n_ids: int, split: str = "published") -> int:
+    """Index of the first validation id: 50000 ("published") or int(0.9 N) ("90/10")."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    return TRAIN_CHARS if split == "published" else int(0.9 * n_ids)
+
+
+def load_corpus(path: str | os.PathLike | None = None, download: bool = True,
+                split: str = "published") -> Corpus:
+    """Locate, verify and encode the corpus, then split it (see :data:`SPLITS`)."""
+    split_point(0, split)   # a bad split name fails before the file is read
     p = corpus_path(path, download=download)
     text = p.read_text(encoding="utf-8")
     vocab = Vocab(text)
     ids = torch.from_numpy(np.array([vocab.stoi[c] for c in text], dtype=np.int64))
-    return Corpus(text, vocab, ids, ids[:TRAIN_CHARS], ids[TRAIN_CHARS:], p)
+    cut = split_point(len(ids), split)
+    return Corpus(text, vocab, ids, ids[:cut], ids[cut:], p, split=split)
 
 
 class BatchSampler:

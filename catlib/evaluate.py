@@ -3,9 +3,14 @@
 Published protocol, for each context length L: windows start at k*L, k = 0..n-1, with
 n = (len(val) - L - 1) // L capped at ``eval_windows``; each window has L + 1 ids, the
 model reads the first L and is scored on the last L; CE = summed CE / (n * L), PPL = exp(CE).
+
+CEs are summed in float64 on the CPU when the model runs on MPS (which has no float64).
+A NaN or infinite CE never reaches a table: :func:`context_table` stores None and names
+the model in the row's ``nonfinite`` list, and :func:`format_table` prints "non-finite".
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -33,6 +38,48 @@ def windows_per_batch(length: int, batch_tokens: int = 32768) -> int:
     return max(1, min(batch_tokens // length, 256 * batch_tokens // (length * length)))
 
 
+def check_settings(lengths, eval_windows: int = 256, batch_tokens: int = 32768,
+                   causal: bool = True, leak_length: int = 64) -> None:
+    """Raise ValueError naming a bad evaluation setting, before any evaluation starts.
+
+    Lengths must be positive integers, and at least 2 for a non-causal (published) CAT,
+    whose operator is undefined at T = 1 (defect 8).
+    """
+    lengths = list(lengths)
+    if not lengths:
+        raise ValueError("lengths must name at least one context length")
+    for name, v in (("eval_windows", eval_windows), ("batch_tokens", batch_tokens),
+                    *(("lengths", L) for L in lengths)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be positive integers, got {v!r}")
+    if not causal and min(lengths) < 2:
+        raise ValueError(f"lengths must be >= 2 for the published (non-causal) CAT, whose "
+                         f"operator is undefined at T = 1, got {min(lengths)}")
+    if not isinstance(leak_length, int) or leak_length < 2:
+        raise ValueError(f"leak_length must be an integer >= 2, got {leak_length!r}")
+
+
+def _float64(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as float64 for an exact sum; MPS has no float64, so such tensors go to the CPU."""
+    if t.device.type == "mps":
+        t = t.cpu()
+    return t.double()
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device):
+    """Run the block with torch seeded by ``seed`` and restore the global RNG state after
+    (CPU and the device's), so that a seeded evaluation changes nobody's randomness.
+    ``seed=None``: the global RNG as it is."""
+    if seed is None:
+        yield
+        return
+    accel = [device] if device.type in ("cuda", "mps") else []
+    with torch.random.fork_rng(devices=accel, device_type=device.type if accel else "cuda"):
+        torch.manual_seed(seed)
+        yield
+
+
 def _skip_reason(n_val: int, length: int) -> str:
     return f"needs more than {2 * length} validation tokens, the split has {n_val}"
 
@@ -54,13 +101,16 @@ class _mode:
 
 def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
                   eval_windows: int = 256, dropout_in_eval: bool = False,
-                  batch_tokens: int = 32768, device: str | torch.device | None = None) -> dict:
+                  batch_tokens: int = 32768, device: str | torch.device | None = None,
+                  seed: int | None = None) -> dict:
     """Published-protocol CE of ``model`` (forward(tokens [B, L]) -> (logits [B, L, V], _)).
 
     Windows are batched, :func:`windows_per_batch` per forward pass; pass
     ``batch_tokens=1`` for the published batch of one (an adaptive solver's step control
     couples the windows of a batch, at the level of its tolerances).
-    ``dropout_in_eval=True`` keeps dropout on, as the published script does.
+    ``dropout_in_eval=True`` keeps dropout on, as the published script does; with ``seed``
+    its masks are drawn from torch seeded by ``seed`` (reproducible; the global RNG state is
+    restored afterwards), otherwise from the global RNG.
     Returns {"len", "ce", "ppl", "windows", "tokens"}, or {"len", "skipped"} with a reason
     when the validation split is too short for one window.
     """
@@ -70,16 +120,18 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
     n = n_windows(len(val), length, eval_windows)
     if n == 0:
         return {"len": length, "skipped": _skip_reason(len(val), length)}
-    device = device or next(model.parameters()).device
+    device = torch.device(device or next(model.parameters()).device)
     x, y = windows(val, length, n)
     per_batch = windows_per_batch(length, batch_tokens)
     total = 0.0
-    with _mode(model, dropout_in_eval), torch.inference_mode():
+    with _mode(model, dropout_in_eval), torch.inference_mode(), \
+            _seeded(seed if dropout_in_eval else None, device):
         for i in range(0, n, per_batch):
             xb, yb = x[i:i + per_batch].to(device), y[i:i + per_batch].to(device)
             logits = model(xb)[0]
-            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(),
-                                     yb.reshape(-1), reduction="sum").item()
+            logits = _float64(logits.reshape(-1, logits.shape[-1]))
+            total += F.cross_entropy(logits, yb.reshape(-1).to(logits.device),
+                                     reduction="sum").item()
     ce = total / (n * length)
     return {"len": length, "ce": ce, "ppl": math.exp(ce), "windows": n, "tokens": n * length}
 
@@ -101,26 +153,37 @@ def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int, eval_windows:
     return -logp[x.reshape(-1), y.reshape(-1)].mean().item()
 
 
-def context_table(cat: torch.nn.Module, base: torch.nn.Module, val: torch.Tensor,
+def context_table(cat: torch.nn.Module | None, base: torch.nn.Module | None, val: torch.Tensor,
                   lengths=PUBLISHED_LENGTHS, eval_windows: int = 256,
                   dropout_in_eval: bool = False, batch_tokens: int = 32768,
-                  train: torch.Tensor | None = None, device=None) -> list[dict]:
+                  train: torch.Tensor | None = None, device=None,
+                  seed: int | None = None) -> list[dict]:
     """The published results table as a list of rows, one per context length.
 
     Row keys: len, cat_ce, cat_ppl, base_ce, base_ppl, dce (= base - CAT), windows, and
-    bigram_ce when ``train`` is given; or len and skipped (the reason).
+    bigram_ce when ``train`` is given; or len and skipped (the reason). A model passed as
+    None (a run that trained only the other) has None in its columns and in dce; so has a
+    model whose CE is NaN or infinite, which the row also names in ``nonfinite``.
+    ``seed`` seeds the dropout masks of ``dropout_in_eval`` (see :func:`cross_entropy`).
     """
     rows = []
     for L in lengths:
         kw = dict(eval_windows=eval_windows, dropout_in_eval=dropout_in_eval,
-                  batch_tokens=batch_tokens, device=device)
-        c = cross_entropy(cat, val, L, **kw)
-        if "skipped" in c:
-            rows.append(c)
+                  batch_tokens=batch_tokens, device=device, seed=seed)
+        if n_windows(len(val), L, eval_windows) == 0:
+            rows.append({"len": L, "skipped": _skip_reason(len(val), L)})
             continue
-        b = cross_entropy(base, val, L, **kw)
-        row = {"len": L, "cat_ce": c["ce"], "cat_ppl": c["ppl"], "base_ce": b["ce"],
-               "base_ppl": b["ppl"], "dce": b["ce"] - c["ce"], "windows": c["windows"]}
+        row = {"len": L}
+        for key, model in (("cat", cat), ("base", base)):
+            r = cross_entropy(model, val, L, **kw) if model is not None else {}
+            ce = r.get("ce")
+            if ce is not None and not math.isfinite(ce):
+                row.setdefault("nonfinite", []).append(key)
+                ce = None
+            row[f"{key}_ce"], row[f"{key}_ppl"] = ce, (math.exp(ce) if ce is not None else None)
+            row["windows"] = r.get("windows", n_windows(len(val), L, eval_windows))
+        both = row["cat_ce"] is not None and row["base_ce"] is not None
+        row["dce"] = row["base_ce"] - row["cat_ce"] if both else None
         if train is not None:
             row["bigram_ce"] = bigram_ce(train, val, L, eval_windows)
         rows.append(row)
@@ -129,18 +192,29 @@ def context_table(cat: torch.nn.Module, base: torch.nn.Module, val: torch.Tensor
 
 def format_table(rows: list[dict]) -> str:
     """The published table, ``len | CAT CE | PPL | Bas CE | PPL | dCE``, one line per length,
-    then the bigram floor when the rows carry it."""
+    then the bigram floor when the rows carry it. An absent model's cells read "-"; a NaN
+    or infinite value (or one a row marks ``nonfinite``) reads "non-finite", never "nan"."""
     lines = [TABLE_HEADER]
     for r in rows:
         if "skipped" in r:
             lines.append(f"{r['len']} | skipped: {r['skipped']}")
-        else:
-            lines.append(f"{r['len']} | {r['cat_ce']:.4f} | {r['cat_ppl']:.2f} | "
-                         f"{r['base_ce']:.4f} | {r['base_ppl']:.2f} | {r['dce']:+.4f}")
+            continue
+        bad = set(r.get("nonfinite", ()))
+        cell = lambda key, spec, model=None: _cell(r.get(key), spec, model in bad)
+        lines.append(" | ".join([str(r["len"]), cell("cat_ce", ".4f", "cat"),
+                                 cell("cat_ppl", ".2f", "cat"), cell("base_ce", ".4f", "base"),
+                                 cell("base_ppl", ".2f", "base"),
+                                 cell("dce", "+.4f", "cat" if "cat" in bad else "base")]))
     floor = [f"{r['len']}: {r['bigram_ce']:.4f}" for r in rows if r.get("bigram_ce") is not None]
     if floor:
         lines.append("bigram floor CE | " + " | ".join(floor))
     return "\n".join(lines)
+
+
+def _cell(value, spec: str, nonfinite: bool = False) -> str:
+    if nonfinite or (value is not None and not math.isfinite(value)):
+        return "non-finite"
+    return "-" if value is None else format(value, spec)
 
 
 def leak_score(model: torch.nn.Module, vocab_size: int, length: int = 64, n_positions: int = 4,
@@ -160,11 +234,11 @@ def leak_score(model: torch.nn.Module, vocab_size: int, length: int = 64, n_posi
     positions = torch.randint(length - 1, (n_positions,), generator=g).tolist()
     changes = []
     with _mode(model, False), torch.inference_mode():
-        ref = model(x.to(device))[0].double()
+        ref = _float64(model(x.to(device))[0])
         for i in positions:
             x2 = x.clone()
             shift = torch.randint(1, vocab_size, (length - i - 1,), generator=g)
             x2[0, i + 1:] = (x[0, i + 1:] + shift) % vocab_size  # every later token changes
-            out = model(x2.to(device))[0].double()
+            out = _float64(model(x2.to(device))[0])
             changes.append((out[:, :i + 1] - ref[:, :i + 1]).abs().mean().item())
     return sum(changes) / len(changes)

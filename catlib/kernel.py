@@ -53,7 +53,9 @@ def exact_penalty(coeffs: torch.Tensor, basis_name: str) -> torch.Tensor:
     With Gram matrices G0 = <phi_k, phi_m>, G1 = <phi_k'', phi_m>, G2 = <phi_k'', phi_m''>:
     |Lap W|^2 = tr(G2 C G0 C^T) + tr(G0 C G2 C^T) + 2 sum C_kl C_mn G1_km G1_nl.
     """
-    g0, g1, g2 = (g.to(coeffs) for g in _gram_matrices(basis_name, coeffs.shape[-1]))
+    # Cast on the CPU, then move: MPS holds no float64.
+    g0, g1, g2 = (g.to(coeffs.dtype).to(coeffs.device)
+                  for g in _gram_matrices(basis_name, coeffs.shape[-1]))
     c = coeffs
     ss = torch.einsum("km,hkl,ln,hmn->", g2, c, g0, c)
     tt = torch.einsum("km,hkl,ln,hmn->", g0, c, g2, c)
@@ -62,7 +64,14 @@ def exact_penalty(coeffs: torch.Tensor, basis_name: str) -> torch.Tensor:
 
 
 @lru_cache(maxsize=None)
+@torch.inference_mode(False)
 def _gram_matrices(basis_name: str, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(G0, G1, G2)``, each ``[n, n]`` float64 on the CPU, shared by every caller.
+
+    Built with inference mode off: the first call may come from an evaluation under
+    torch.inference_mode, and a float64 caller uses these very tensors (``.to`` makes
+    no copy), which must then be savable for backward.
+    """
     # Gauss-Legendre in float64 with far more nodes than the highest frequency
     # or degree needs: exact for the polynomials, to rounding for the cosines.
     t, w = gauss_legendre(8 * n + 64)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .attention import AttentionPlan, ContinuousAttention
+from .attention import AttentionPlan
 from .config import CATConfig
+from .extrapolating import make_attention   # cfg.kernel: absolute, relative or content
 from .solvers import CountedDynamics, integrate
 
 
@@ -20,11 +21,7 @@ class Block(nn.Module):
     def __init__(self, cfg: CATConfig):
         super().__init__()
         d = cfg.d_model
-        self.attn = ContinuousAttention(
-            d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.quad_nodes, cfg.dropout,
-            causal=cfg.causal, normalised_integral=cfg.normalised_integral,
-            half_range_cosine=cfg.half_range_cosine, penalty=cfg.penalty,
-            dropout_inside=cfg.dropout_in_dynamics)
+        self.attn = make_attention(cfg)
         self.norm = nn.LayerNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 

@@ -35,18 +35,28 @@ class SolveOptions:
 
 
 class CountedDynamics(nn.Module):
-    """Wraps dynamics ``func(t, y)`` and counts its evaluations.
+    """Wraps dynamics ``func(t, y)``, counts its evaluations and dopri5's steps, enforces the cap.
 
     Calls made while the forward solve runs count as ``nfe_forward``; calls
     made afterwards (the adjoint's backward solve) count as ``nfe_backward``.
     Direct backpropagation replays the recorded graph and calls nothing.
+
+    ``steps_forward`` / ``steps_backward`` count the steps dopri5 attempts (accepted or
+    rejected) through torchdiffeq's step callbacks; the backward count restarts with every
+    backward pass. More than ``max_steps`` in either solve raises a ``RuntimeError``. The
+    cap is enforced here rather than by torchdiffeq's ``max_num_steps``: the backward solve
+    runs inside ``loss.backward()``, where nothing of ours could turn torchdiffeq's bare
+    AssertionError into a clear error, but these callbacks run in both solves.
     """
 
-    def __init__(self, func: Callable):
+    def __init__(self, func: Callable, max_steps: int | None = None):
         super().__init__()
         self.func = func
         self.nfe_forward = 0
         self.nfe_backward = 0
+        self.steps_forward = 0
+        self.steps_backward = 0
+        self.max_steps = max_steps
         self.in_forward_solve = True
 
     def forward(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -56,18 +66,44 @@ class CountedDynamics(nn.Module):
             self.nfe_backward += 1
         return self.func(t, y)
 
+    # torchdiffeq calls these before every attempted step of an adaptive solve.
+    def callback_step(self, t0, y0, dt) -> None:
+        self.steps_forward += 1
+        self._check_cap(self.steps_forward, "forward solve", self.nfe_forward)
+
+    def callback_step_adjoint(self, t0, y0, dt) -> None:
+        self.steps_backward += 1
+        self._check_cap(self.steps_backward, "backward (adjoint) solve", self.nfe_backward)
+
+    def start_backward(self, grad: torch.Tensor | None = None) -> None:
+        """Restart the backward step count (a hook on the solve's output calls it)."""
+        self.steps_backward = 0
+
+    def _check_cap(self, steps: int, which: str, nfe: int) -> None:
+        if self.max_steps is not None and steps > self.max_steps:
+            raise RuntimeError(
+                f"dopri5 took more than max_steps={self.max_steps} steps in the {which} "
+                f"({nfe} function evaluations); raise max_steps, loosen rtol/atol, or use a "
+                f"fixed-step solver")
+
 
 def _dopri5(func, y0, t0, t1, opt: SolveOptions):
+    # max_steps is not passed to torchdiffeq: the counter enforces it in both solves.
+    if not isinstance(func, CountedDynamics):   # integrate() passes one; direct callers may not
+        func = CountedDynamics(func, opt.max_steps)
     times = torch.tensor([t0, t1], dtype=_time_dtype(y0), device=y0.device)
     options = {"dtype": _time_dtype(y0)}
-    if opt.max_steps is not None:
-        options["max_num_steps"] = opt.max_steps
     kwargs = dict(rtol=opt.rtol, atol=opt.atol, method="dopri5", options=options)
     if opt.adjoint:
-        adjoint_options = {"norm": "seminorm"} if opt.adjoint_seminorm else None
+        # Given adjoint_options, torchdiffeq uses them alone: repeat the time dtype (float32
+        # on MPS) for the backward solve.
+        adjoint_options = {**options, "norm": "seminorm"} if opt.adjoint_seminorm else None
         params = opt.adjoint_params
-        return odeint_adjoint(func, y0, times, adjoint_options=adjoint_options,
-                              adjoint_params=None if params is None else tuple(params), **kwargs)[-1]
+        y1 = odeint_adjoint(func, y0, times, adjoint_options=adjoint_options,
+                            adjoint_params=None if params is None else tuple(params), **kwargs)[-1]
+        if y1.requires_grad:
+            y1.register_hook(func.start_backward)   # runs just before each backward solve
+        return y1
     return odeint(func, y0, times, **kwargs)[-1]
 
 
@@ -130,16 +166,9 @@ def integrate(func: Callable, y0: torch.Tensor, solver: str = "dopri5", t0: floa
         raise ValueError(f"steps must be >= 1, got {opt.steps!r}")
     # A caller that passes its own counter can read the count even if the solve fails.
     counter = func if isinstance(func, CountedDynamics) else CountedDynamics(func)
+    counter.max_steps, counter.steps_forward, counter.in_forward_solve = opt.max_steps, 0, True
     if opt.adjoint_params is None and isinstance(counter.func, nn.Module):
         opt.adjoint_params = tuple(counter.func.parameters())
-    try:
-        y1 = SOLVERS[solver](counter, y0, t0, t1, opt)
-    except AssertionError as e:  # torchdiffeq's way of saying max_num_steps was hit
-        if "max_num_steps" not in str(e):
-            raise
-        raise RuntimeError(
-            f"{solver} took more than max_steps={opt.max_steps} steps ({counter.nfe_forward} "
-            f"function evaluations); raise max_steps, loosen rtol/atol, or use a fixed-step "
-            f"solver") from None
+    y1 = SOLVERS[solver](counter, y0, t0, t1, opt)
     counter.in_forward_solve = False
     return y1, counter

@@ -30,17 +30,23 @@ from tqdm import tqdm  # text bar: tqdm.auto warns in kernels without ipywidgets
 
 from .baselines import Baseline
 from .config import CATConfig
-from .data import BatchSampler
+from .data import SPLITS, BatchSampler
 from .evaluate import cross_entropy
 from .model import CAT
+
+
+MODELS = ("cat", "base")  # the two models of a side-by-side run
+SEED_MAX = 2**32 - 1      # numpy's global seed is a 32-bit unsigned integer
 
 
 @dataclass
 class TrainConfig:
     """Settings of the training loop (defaults: the published script).
 
-    Only ``train_steps, lr, batch, seq, seed`` change the trained weights
-    (:meth:`identity`); the others control logging, checkpoints and time.
+    Only ``train_steps, lr, batch, seq, seed, split, models`` change the trained weights
+    (:meth:`identity`); the others control logging, checkpoints and time. ``split`` is the
+    corpus split (:data:`catlib.data.SPLITS`); ``models`` the models trained: both, as
+    published, or only ``("cat",)`` or ``("base",)``.
     """
 
     train_steps: int = 800
@@ -53,26 +59,51 @@ class TrainConfig:
     checkpoint_every: int = 100
     log_every: int = 100        # the published progress line
     budget: float | None = None  # wall-clock seconds for this session's training
+    split: str = "published"
+    models: tuple = MODELS
 
-    def validate(self, n_train: int | None = None) -> None:
-        """Raise ValueError naming the field, the bad value and what is allowed."""
+    def __post_init__(self) -> None:
+        if isinstance(self.models, (list, str)):  # from JSON, or a single name
+            self.models = (self.models,) if isinstance(self.models, str) else tuple(self.models)
+
+    def validate(self, n_train: int | None = None, causal: bool | None = None) -> None:
+        """Raise ValueError naming the field, the bad value and what is allowed.
+
+        ``n_train``: training tokens of the split (bounds ``seq``); ``causal=False``: CAT is
+        the published non-causal operator, undefined at T = 1, so ``seq`` must be >= 2.
+        """
         for name in ("train_steps", "batch", "seq", "val_windows", "checkpoint_every", "log_every"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if not isinstance(self.val_every, int) or self.val_every < 0:
             raise ValueError(f"val_every must be an integer >= 0, got {self.val_every!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a positive number, got {self.lr!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) \
+                or not 0 <= self.seed <= SEED_MAX:
+            raise ValueError(f"seed must be an integer from 0 to {SEED_MAX} (numpy's seed range), "
+                             f"got {self.seed!r}")
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {list(SPLITS)}, got {self.split!r}")
+        if not self.models or len(set(self.models)) != len(self.models) \
+                or not set(self.models) <= set(MODELS):
+            raise ValueError(f"models must be one or both of {list(MODELS)}, without repeats, "
+                             f"got {list(self.models)!r}")
         if self.budget is not None and not self.budget > 0:
             raise ValueError(f"budget must be a positive number of seconds, got {self.budget!r}")
+        if causal is False and "cat" in self.models and self.seq < 2:
+            raise ValueError("seq must be >= 2 for the published (non-causal) CAT, whose "
+                             f"operator is undefined at T = 1, got {self.seq}")
         if n_train is not None and self.seq > n_train - 2:
             raise ValueError(f"seq must be at most {n_train - 2} for the {n_train} training "
                              f"tokens, got {self.seq}")
 
     def identity(self) -> dict:
         """The fields that determine the trained weights (used in the run's config hash)."""
-        return {k: getattr(self, k) for k in ("train_steps", "lr", "batch", "seq", "seed")}
+        ident = {k: getattr(self, k) for k in ("train_steps", "lr", "batch", "seq", "seed", "split")}
+        ident["models"] = [m for m in MODELS if m in self.models]  # order does not matter
+        return ident
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -119,7 +150,8 @@ def _set_rng_state(state: dict) -> None:
 
 @contextlib.contextmanager
 def _defer_sigint():
-    """Hold Ctrl-C until the block ends, so that a parameter update is never half done."""
+    """Hold Ctrl-C until the block ends, so that a parameter update is never half done, and
+    never done without its metrics being recorded (the block commits both)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -139,6 +171,7 @@ class SideBySide:
     ``step`` counts the steps done. :meth:`state_dict` is always the state at the last
     step boundary (models, optimisers, sampler, RNGs), even after an interrupted step, so
     a resumed run continues exactly as an uninterrupted one would (on CPU).
+    A model not in ``train_config.models`` is None here (``cat``/``base``, its optimiser).
     """
 
     def __init__(self, model_config: CATConfig, train_config: TrainConfig,
@@ -146,10 +179,11 @@ class SideBySide:
         train_config.validate(len(train_ids))
         self.config, self.tc, self.device = model_config.resolved(), train_config, torch.device(device)
         seed_everything(train_config.seed)
-        self.cat = CAT(self.config).to(self.device)
-        self.base = Baseline(self.config).to(self.device)
-        self.opt_cat = torch.optim.AdamW(self.cat.parameters(), lr=train_config.lr)
-        self.opt_base = torch.optim.AdamW(self.base.parameters(), lr=train_config.lr)
+        self.cat = CAT(self.config).to(self.device) if "cat" in train_config.models else None
+        self.base = Baseline(self.config).to(self.device) if "base" in train_config.models else None
+        self.opt_cat, self.opt_base = (
+            torch.optim.AdamW(m.parameters(), lr=train_config.lr) if m is not None else None
+            for m in (self.cat, self.base))
         self.sampler = BatchSampler(train_ids, train_config.batch, train_config.seq, train_config.seed)
         self.step = 0
         self._boundary = self._snapshot()
@@ -158,36 +192,45 @@ class SideBySide:
         """Randomness at a step boundary: the sampler's and the global RNGs' states."""
         return {"sampler": self.sampler.state_dict(), "rng": _rng_state()}
 
-    def train_step(self) -> dict:
+    def train_step(self, commit: Callable[[dict], None] | None = None) -> dict:
         """One step of both models on one batch x, y [batch, seq]; returns its metrics:
 
         kind "train", step (0-based), ce (CAT's cross-entropy), loss (CAT's ce + pen_w *
         penalty), base_loss (the baseline's cross-entropy), penalty (as returned by CAT,
         sob_lambda included), pen_w, nfe_forward / nfe_backward (CAT's dynamics evaluations,
         all blocks), seconds (of the whole step), tokens_per_s (batch tokens / seconds).
+        The keys of a model that is not trained are absent.
+        ``commit(metrics)`` (e.g. the metrics log) runs together with the parameter update,
+        Ctrl-C held: a step is never done without being recorded.
         Raises NonFiniteLoss, before any parameter changes, if either loss is NaN or inf.
         """
         t0 = time.perf_counter()
         s, tc = self.step, self.tc
-        self.cat.train()
-        self.base.train()
         x, y = (t.to(self.device) for t in self.sampler())  # [B, seq] each
-
-        w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
-        ce, loss, pen = self._backward(self.cat, self.opt_cat, x, y, w, "CAT")
-        nfe = self.cat.nfe
-        _, bloss, _ = self._backward(self.base, self.opt_base, x, y, 0.0, "baseline")
+        m = {"kind": "train", "step": s}
+        if self.cat is not None:
+            self.cat.train()
+            w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
+            ce, loss, pen = self._backward(self.cat, self.opt_cat, x, y, w, "CAT")
+            nfe = self.cat.nfe
+            m.update(ce=ce.item(), loss=loss.item(), penalty=pen.item(), pen_w=w,
+                     nfe_forward=nfe["forward"], nfe_backward=nfe["backward"])
+        if self.base is not None:
+            self.base.train()
+            _, bloss, _ = self._backward(self.base, self.opt_base, x, y, 0.0, "baseline")
+            m["base_loss"] = bloss.item()
 
         with _defer_sigint():
-            self.opt_cat.step()
-            self.opt_base.step()
+            for opt in (self.opt_cat, self.opt_base):
+                if opt is not None:
+                    opt.step()
             self.step += 1
             self._boundary = self._snapshot()
-        seconds = time.perf_counter() - t0
-        return {"kind": "train", "step": s, "ce": ce.item(), "loss": loss.item(),
-                "base_loss": bloss.item(), "penalty": pen.item(), "pen_w": w,
-                "nfe_forward": nfe["forward"], "nfe_backward": nfe["backward"],
-                "seconds": seconds, "tokens_per_s": x.numel() / seconds}
+            seconds = time.perf_counter() - t0
+            m.update(seconds=seconds, tokens_per_s=x.numel() / seconds)
+            if commit:
+                commit(m)  # inside: a Ctrl-C during the update cannot lose this step's record
+        return m
 
     def _backward(self, model, optimiser, x, y, pen_w: float, which: str):
         """Loss ``CE + pen_w * penalty`` of one model on x, y [B, seq], and its gradients.
@@ -205,8 +248,8 @@ class SideBySide:
     def validate(self, val_ids: torch.Tensor) -> dict:
         """Validation CE of both models (eval mode, ``val_windows`` windows of length seq)."""
         kw = dict(eval_windows=self.tc.val_windows, device=self.device)
-        c = cross_entropy(self.cat, val_ids, self.tc.seq, **kw)
-        b = cross_entropy(self.base, val_ids, self.tc.seq, **kw)
+        c = cross_entropy(self.cat, val_ids, self.tc.seq, **kw) if self.cat is not None else {}
+        b = cross_entropy(self.base, val_ids, self.tc.seq, **kw) if self.base is not None else {}
         _set_rng_state(self._boundary["rng"])  # validation must not change the training's randomness
         return {"kind": "val", "step": self.step - 1, "val_ce": c.get("ce"), "val_base_ce": b.get("ce")}
 
@@ -214,20 +257,24 @@ class SideBySide:
         """Return the sampler and RNGs to the last step boundary (after an interrupted step)."""
         self.sampler.load_state_dict(self._boundary["sampler"])
         _set_rng_state(self._boundary["rng"])
-        self.opt_cat.zero_grad(set_to_none=True)
-        self.opt_base.zero_grad(set_to_none=True)
+        for opt in (self.opt_cat, self.opt_base):
+            if opt is not None:
+                opt.zero_grad(set_to_none=True)
 
     def state_dict(self) -> dict:
-        """The training state at the last step boundary (for ``torch.save``)."""
-        return {"step": self.step, "cat": self.cat.state_dict(), "base": self.base.state_dict(),
-                "opt_cat": self.opt_cat.state_dict(), "opt_base": self.opt_base.state_dict(),
+        """The training state at the last step boundary (for ``torch.save``); None for a
+        model that is not trained."""
+        sd = lambda obj: obj.state_dict() if obj is not None else None
+        return {"step": self.step, "cat": sd(self.cat), "base": sd(self.base),
+                "opt_cat": sd(self.opt_cat), "opt_base": sd(self.opt_base),
                 "sampler": self._boundary["sampler"], "rng": self._boundary["rng"]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.cat.load_state_dict(state["cat"])
-        self.base.load_state_dict(state["base"])
-        self.opt_cat.load_state_dict(state["opt_cat"])
-        self.opt_base.load_state_dict(state["opt_base"])
+        for key in ("cat", "base", "opt_cat", "opt_base"):
+            if getattr(self, key) is not None:
+                if state.get(key) is None:
+                    raise KeyError(f"the state has no {key!r}")
+                getattr(self, key).load_state_dict(state[key])
         self.sampler.load_state_dict(state["sampler"])
         self.step = int(state["step"])
         self._boundary = {"sampler": state["sampler"], "rng": state["rng"]}
@@ -267,15 +314,14 @@ def train_loop(trainer: SideBySide, *, val_ids: torch.Tensor | None = None,
                         f"{tc.train_steps} steps ({time.monotonic() - start:.1f} s); "
                         f"stopped at a step boundary")
                 return "budget"
-            m = trainer.train_step()
+            m = trainer.train_step(commit=log)
             last = m["seconds"]
-            if log:
-                log(m)
+            losses = {k: f"{m[key]:.4f}" for k, key in (("CAT", "loss"), ("base", "base_loss"))
+                      if key in m}
             if echo and m["step"] % tc.log_every == 0:
-                say(f"step {m['step']} | CAT {m['loss']:.4f} | base {m['base_loss']:.4f}")
+                say(" | ".join([f"step {m['step']}", *(f"{k} {v}" for k, v in losses.items())]))
             bar.update(1)
-            bar.set_postfix(CAT=f"{m['loss']:.4f}", base=f"{m['base_loss']:.4f}",
-                            nfe=m["nfe_forward"], refresh=False)
+            bar.set_postfix(**losses, nfe=m.get("nfe_forward"), refresh=False)
             if val_ids is not None and tc.val_every and trainer.step % tc.val_every == 0:
                 v = trainer.validate(val_ids)
                 if log:

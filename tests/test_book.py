@@ -1,8 +1,13 @@
 """The book's runner (profiles, bad input, failing notebooks) and a real-browser check of the build."""
+import contextlib
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -124,12 +129,73 @@ def test_failing_notebook_is_named_and_earlier_ones_kept(tiny_book):
     assert "| `b_fails` | smoke | cpu |  | failed |" in (root / "book" / "_generated" / "run_report.md").read_text()
 
 
+def test_page_shows_the_parameters_once_with_the_values_used(tiny_book):
+    # Catches a runner that leaves papermill's injected cell visible (the reader would see the
+    # parameters twice) or hides it while the parameters cell still shows the defaults.
+    root, profiles, out = tiny_book
+    profiles = {"smoke": {"a_ok": {"x": 2}}}
+    (root / "notebooks" / "a_ok.ipynb").write_text((root / "notebooks" / "a_ok.ipynb").read_text()
+                                                  .replace("x = 1", "x = 1   # the value printed"))
+    book.run("smoke", "cpu", root=root, profiles=profiles, log=lambda *a, **k: None)
+    nb = nbformat.read(str(out / "a_ok.ipynb"), as_version=4)
+    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1 and len(injected) == 1
+    assert "x = 2   # the value printed" in params[0].source.splitlines()
+    assert 'device = "cpu"' in params[0].source and "x = 1" not in params[0].source
+    assert "remove-cell" in injected[0].metadata["tags"]
+    assert "x is 2" in nb.cells[-1].outputs[0]["text"]
+
+
 def test_command_line_exits_non_zero_on_a_failing_notebook(tiny_book, monkeypatch, capsys):
     root, profiles, _ = tiny_book
     monkeypatch.chdir(root)
     monkeypatch.setattr(book, "PROFILES", profiles)
     assert book.main(["--profile", "smoke", "--device", "cpu", "--only", "b_fails"]) == 1
     assert "notebook b_fails failed in cell index 2" in capsys.readouterr().err
+
+
+def _start_slow_build(root: Path, marker: Path) -> subprocess.Popen:
+    """A runner subprocess (own session) whose second notebook blocks after writing ``marker``."""
+    _notebook(root / "notebooks" / "c_slow.ipynb",
+              f"open({str(marker)!r}, 'w').write('started')\nimport time\ntime.sleep(120)")
+    script = ("import sys; from catlib import book; "
+              "book.PROFILES = {'smoke': {'a_ok': {'x': 2}, 'c_slow': {}}}; "
+              "sys.exit(book.main(['--profile', 'smoke', '--device', 'cpu', '--no-build']))")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=root, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the slow notebook never started"
+        time.sleep(0.2)
+    return proc
+
+
+@pytest.mark.parametrize("how", ["kill -9", "Ctrl-C"])
+def test_interrupted_build_leaves_no_half_written_notebook(tiny_book, how):
+    # Catches a runner that executes into book/notebooks/ directly (or stages there): a
+    # build killed inside a notebook would leave a partial NAME.ipynb for jupyter-book.
+    root, _, out = tiny_book
+    (out / "b_fails.ipynb").unlink()
+    marker = root / "started"
+    proc = _start_slow_build(root, marker)
+    if how == "kill -9":
+        os.killpg(proc.pid, signal.SIGKILL)          # the runner and its kernel
+        proc.wait(timeout=30)
+    else:
+        proc.send_signal(signal.SIGINT)              # the runner only, as a terminal's Ctrl-C would
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and "interrupted" in err, err
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)      # a kernel left behind
+    assert sorted(p.name for p in out.iterdir()) == ["a_ok.ipynb"]   # finished, nothing else
+    nbformat.validate(nbformat.read(str(out / "a_ok.ipynb"), as_version=4))
+    # The next build completes.
+    _notebook(root / "notebooks" / "c_slow.ipynb", "print('fast now')")
+    profiles = {"smoke": {"a_ok": {"x": 2}, "c_slow": {}}}
+    book.run("smoke", "cpu", root=root, profiles=profiles, log=lambda *a, **k: None)
+    assert sorted(p.name for p in out.iterdir()) == ["a_ok.ipynb", "c_slow.ipynb"]
 
 
 def test_unparseable_parameter_line_is_refused(tmp_path):

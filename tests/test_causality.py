@@ -14,7 +14,7 @@ import catlib
 
 V = 17
 SIZES = dict(vocab_size=V, d_model=32, n_heads=4, n_freq=8, quad_nodes=16)
-LENGTHS = [1, 2, 7, 33]
+LENGTHS = [2, 3, 7, 33]   # T = 1 has no later token to change: see test_single_token_*
 BASES = ["fourier", "cheb"]
 
 
@@ -30,18 +30,21 @@ def _baseline(variant):
 
 
 def _max_leak(model, length, seed=0):
-    """Largest change of logits at positions <= i when tokens after i change, over all i."""
+    """Largest change of logits at positions <= i when every token after i changes, over i < T - 1."""
+    assert length >= 2, "a causality check needs at least one later token to change"
     g = torch.Generator().manual_seed(seed)
     base = torch.randint(0, V, (1, length), generator=g)
-    # Row i keeps tokens 0..i and replaces the rest (shifted by a nonzero offset).
-    rows = base.repeat(length, 1)
-    for i in range(length):
+    # Row i keeps tokens 0..i and replaces all the rest (shifted by a nonzero offset), so
+    # every row really differs from the base sequence after position i.
+    rows = base.repeat(length - 1, 1)
+    for i in range(length - 1):
         rows[i, i + 1:] = (rows[i, i + 1:] + torch.randint(1, V, (length - i - 1,), generator=g)) % V
+        assert bool((rows[i, i + 1:] != base[0, i + 1:]).all())
     with torch.no_grad():
         ref_logits, _ = model(base)
         # One sequence at a time: batch-mates must not matter either (see the dopri5 test).
         worst = 0.0
-        for i in range(length):
+        for i in range(length - 1):
             logits, _ = model(rows[i:i + 1])
             worst = max(worst, float((logits[0, :i + 1] - ref_logits[0, :i + 1]).abs().max()))
     return worst
@@ -56,6 +59,29 @@ def test_causal_cat(basis, length):
 @pytest.mark.parametrize("length", LENGTHS)
 def test_causal_baseline(length):
     assert _max_leak(_baseline("causal"), length) < 1e-6
+
+
+def _single_token_prefix_gap(model):
+    """max |logits of [a] - logits at position 0 of [a, x_1, ..., x_k]| over continuations."""
+    g = torch.Generator().manual_seed(5)
+    first = torch.tensor([[4]])
+    with torch.no_grad():
+        alone, _ = model(first)
+        gaps = [float((model(torch.cat([first, torch.randint(0, V, (1, k), generator=g)], 1))[0]
+                       [0, 0] - alone[0, 0]).abs().max()) for k in (1, 6, 20)]
+    return max(gaps)
+
+
+@pytest.mark.parametrize("basis", BASES)
+def test_single_token_cat_is_a_prefix(basis):
+    # T = 1: position 0 must read token 0 only, so its logits are those of the one-token
+    # sequence whatever follows (the causal query at s = 0 reads token 0 at every length).
+    # Catches a model whose position 0 reads later tokens when there are some.
+    assert _single_token_prefix_gap(_cat("causal", basis)) < 1e-6
+
+
+def test_single_token_baseline_is_a_prefix():
+    assert _single_token_prefix_gap(_baseline("causal")) < 1e-6
 
 
 @pytest.mark.parametrize("length", [2, 7, 33])
@@ -206,3 +232,50 @@ def test_causal_cat_sparse_path(basis, monkeypatch):
 
     monkeypatch.setattr(catlib.attention, "DENSE_CAUSAL_MAX", 0)
     assert _max_leak(_cat("causal", basis), 33) < 1e-6
+
+
+# ---- row sums of the mixing matrix, against the formula -----------------------------
+
+def _row_sums_by_formula(attn, length, causal, normalised):
+    """sum_j M_ij from the definition, float64: nodes L_i t_q, weights L_i w_q, L_i = s_i
+    (causal) or 1; c_iq = softmax_q(W(s_i, L_i t_q)) L_i w_q, or that normalised to sum 1.
+    Interpolation weights sum to 1, so a row of M sums to sum_q c_iq."""
+    basis = attn.basis_name
+    nodes, weights = attn.t_nodes.double(), attn.t_w.double()
+    sums = torch.zeros(len(attn.kernels), length, dtype=torch.float64)
+    for j, kernel in enumerate(attn.kernels):
+        scale = torch.nn.functional.softplus(kernel.log_scale.double())
+        for i in range(length):
+            s = i / (length - 1)
+            extent = s if causal else 1.0
+            w = scale * (_phi(basis, torch.tensor([s], dtype=torch.float64), kernel.n_freq).T
+                         @ kernel.coeffs.double() @ _phi(basis, extent * nodes, kernel.n_freq))[0]
+            c = torch.softmax(w, 0) * extent * weights
+            sums[j, i] = 1.0 if normalised else c.sum()   # normalised: 1, even on [0, 0]
+    return sums
+
+
+@pytest.mark.parametrize("causal,normalised", [(True, False), (True, True), (False, False),
+                                               (False, True)])
+def test_mixing_row_sums(causal, normalised):
+    # Q = 16, T = 9. "Causal alone" (causal, not normalised): the query at s = 0 integrates
+    # over the empty interval [0, 0], so its row must carry no weight at all. Catches the
+    # weights of the whole interval [0, 1] given to that row (row sum 0.0625 against
+    # 0.0078 at s = 1/8). With the normalised integral every row sums to 1 and the row at
+    # s = 0 reads token 0 alone (the limit of the kernel normalised on [0, s]).
+    torch.manual_seed(0)
+    attn = catlib.ContinuousAttention(16, 2, 5, "fourier", quad_nodes=16, dropout=0.0,
+                                      causal=causal, normalised_integral=normalised).double()
+    with torch.no_grad():
+        for k in attn.kernels:
+            k.coeffs.mul_(50.0)  # far from flat, so softmax-weighted sums differ from w sums
+        plan = attn.plan(9)
+        rows = plan.mixing.sum(-1) if causal else plan.weights.sum(-1)   # [h, T]
+    expected = _row_sums_by_formula(attn, 9, causal, normalised)
+    print(f"\n[causality] row sums causal={causal} normalised={normalised}: "
+          f"{[round(float(r), 4) for r in rows[0]]}")
+    torch.testing.assert_close(rows, expected, rtol=1e-12, atol=1e-15)
+    if causal and not normalised:
+        assert bool((rows[:, 0] == 0).all()) and bool((rows[:, 1:] > 0).all())
+    if causal and normalised:
+        assert bool((plan.mixing[:, 0, 0] == 1).all())

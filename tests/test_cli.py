@@ -50,6 +50,14 @@ def test_train_end_to_end_then_reuse_and_eval(tiny_path, tmp_path, monkeypatch, 
     run_dir = out[-1].removeprefix("run: ")
     assert Path(run_dir).name.startswith("published-")
 
+    # `eval` of the finished run, in its own process, prints the training's table exactly
+    # (would catch an evaluation of other weights, e.g. the checkpoint of an earlier step)
+    ev = subprocess.run([sys.executable, "-m", "catlib", "eval", run_dir, "--lengths", "16", "32",
+                         "--eval_windows", "4", "--device", "cpu"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert ev.returncode == 0, ev.stderr
+    assert ev.stdout.splitlines() == out[i:-1]
+
     monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
     assert main(["train", *TINY, "--run-dir", str(tmp_path)]) == 0
     again = capsys.readouterr().out
@@ -69,6 +77,14 @@ BAD = [
     (["--budget", "soon"], "invalid budget"),
     (["--batch", "many"], "invalid int value"),
     (["--device", "tpu"], "unknown device"),
+    # used to fail late: a traceback after config.json was written, or a whole training run
+    # and then an evaluation error (the published operator is undefined at T = 1)
+    (["--seed", "-1"], "--seed must be an integer from 0 to 4294967295"),
+    (["--seed", "4294967296"], "--seed must be an integer from 0"),
+    (["--lengths", "1", "16"], "--lengths must be >= 2 for the published (non-causal) CAT"),
+    (["--models", "cat", "cat"], "--models must be one or both"),
+    (["--split", "80/20"], "invalid choice"),
+    (["--seq", "1"], "--seq must be >= 2 for the published"),
 ]
 
 
@@ -113,3 +129,24 @@ def test_bad_run_directory_and_no_overwrite(tiny_path, tmp_path, monkeypatch, ca
     assert "not a catlib run directory" in capsys.readouterr().err
     assert os.listdir(tmp_path / "runs" / "mine") == ["notes.txt"]
     assert _main([]) == 2 and "choose a command" in capsys.readouterr().err
+
+
+def test_dropout_in_eval_twice_gives_the_same_table(tiny_path, tmp_path, monkeypatch, capsys):
+    """Would catch an unseeded --dropout-in-eval (each evaluation its own numbers)."""
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    assert main(["train", *TINY, "--run-dir", str(tmp_path), "--name", "run"]) == 0
+    capsys.readouterr()
+    tables = []
+    for _ in range(2):
+        assert main(["eval", str(tmp_path / "run"), "--lengths", "16", "--eval_windows", "4",
+                     "--dropout-in-eval", "--device", "cpu"]) == 0
+        tables.append(capsys.readouterr().out)
+    assert tables[0] == tables[1]
+
+
+def test_split_and_models_flags():
+    args = build_parser().parse_args(["train", "--split", "90/10", "--models", "base"])
+    assert args.split == "90/10" and args.models == ["base"]
+    args = build_parser().parse_args(["train"])
+    assert args.split == "published" and args.models == ["cat", "base"]
+    assert build_parser().parse_args(["eval", "r", "--allow-other-code"]).allow_other_code

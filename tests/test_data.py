@@ -106,3 +106,13 @@ def test_sampler_state_round_trip(corpus):
 def test_sampler_rejects_bad_sizes(corpus, batch, seq):
     with pytest.raises(ValueError):
         BatchSampler(corpus.train, batch, seq)
+
+
+def test_90_10_split(tiny_path, corpus):
+    """Would catch a split setting that is ignored or cuts elsewhere than 90 %."""
+    c = load_corpus(tiny_path, split="90/10")
+    cut = int(0.9 * CORPUS_CHARS)
+    assert c.split == "90/10" and corpus.split == "published"
+    assert torch.equal(c.train, c.ids[:cut]) and torch.equal(c.val, c.ids[cut:])
+    with pytest.raises(ValueError, match="split must be one of"):
+        load_corpus(tiny_path, split="80/20")

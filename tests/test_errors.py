@@ -1,5 +1,7 @@
 """Bad inputs raise ValueError naming what is wrong."""
 
+import re
+
 import pytest
 import torch
 
@@ -9,58 +11,63 @@ from catlib import CATConfig
 SMALL = dict(vocab_size=11, d_model=16, n_heads=2, n_freq=4, quad_nodes=8, solver="rk4-classic")
 
 
-@pytest.mark.parametrize("field,value", [
-    ("d_model", 30),        # not divisible by n_heads = 8
-    ("n_heads", 0),
-    ("n_freq", 0),
-    ("n_freq", -3),
-    ("quad_nodes", 0),
-    ("blocks", 0),
-    ("vocab_size", 0),
-    ("steps", 0),
-    ("basis", "legendre"),
-    ("solver", "rk45"),
-    ("variant", "corrected"),
-    ("penalty", "l2"),
-    ("dropout", 1.5),
+@pytest.mark.parametrize("field,value,accepts", [
+    ("n_heads", 0, "an integer >= 1"),
+    ("n_freq", 0, "an integer >= 1"),
+    ("n_freq", -3, "an integer >= 1"),
+    ("quad_nodes", 0, "an integer >= 1"),
+    ("blocks", 0, "an integer >= 1"),
+    ("vocab_size", 0, "an integer >= 1"),
+    ("steps", 0, "an integer >= 1"),
+    ("basis", "legendre", "one of ['fourier', 'cheb']"),
+    ("solver", "rk45", "one of ['dopri5', 'rk4-classic', 'euler']"),
+    ("variant", "corrected", "one of ['published', 'causal']"),
+    ("penalty", "l2", "one of ['published', 'exact']"),
+    ("dropout", 1.5, "in [0, 1)"),
 ])
-def test_config_field_named(field, value):
-    with pytest.raises(ValueError, match=field):
+def test_config_field_named(field, value, accepts):
+    # The whole message: the field first, what it accepts, the value given. A bare
+    # match=field would also pass for another field's message that merely mentions it.
+    with pytest.raises(ValueError, match=rf"^{field} must be {re.escape(accepts)}, "
+                                         rf"got {re.escape(repr(value))}$"):
         CATConfig(**{field: value})
 
 
 def test_divisibility_message_names_both():
-    with pytest.raises(ValueError, match="d_model") as info:
+    with pytest.raises(ValueError, match=r"^d_model \(30\) must be divisible by n_heads \(4\)"):
         CATConfig(d_model=30, n_heads=4)
-    assert "n_heads" in str(info.value)
+    with pytest.raises(ValueError, match=r"^d_model \(30\) must be divisible by n_heads \(8\)"):
+        CATConfig(d_model=30)   # the default n_heads
 
 
 def test_unknown_choice_lists_allowed_values():
-    with pytest.raises(ValueError, match="fourier") as info:
+    with pytest.raises(ValueError, match=r"^basis must be one of \['fourier', 'cheb'\], "
+                                         r"got 'legendre'$"):
         CATConfig(basis="legendre")
-    assert "cheb" in str(info.value) and "legendre" in str(info.value)
 
 
 def test_from_dict_unknown_field():
-    with pytest.raises(ValueError, match="n_layers"):
+    with pytest.raises(ValueError, match=r"unknown CATConfig field\(s\) \['n_layers'\]"):
         CATConfig.from_dict({**CATConfig().to_dict(), "n_layers": 2})
     assert CATConfig.from_dict(CATConfig(n_freq=5).to_dict()) == CATConfig(n_freq=5)
 
 
 def test_components_validate_too():
-    with pytest.raises(ValueError, match="n_freq"):
+    with pytest.raises(ValueError, match=r"^n_freq must be an integer >= 1, got 0$"):
         catlib.Kernel2D(0, "fourier")
-    with pytest.raises(ValueError, match="basis"):
+    with pytest.raises(ValueError, match=r"^basis must be one of \['fourier', 'cosine', 'cheb'\], "
+                                         r"got 'legendre'$"):
         catlib.Kernel2D(4, "legendre")
-    with pytest.raises(ValueError, match="penalty"):
+    with pytest.raises(ValueError, match=r"^penalty must be one of \['published', 'exact'\], got 'l2'$"):
         catlib.Kernel2D(4, "cheb", penalty="l2")
-    with pytest.raises(ValueError, match="d_model"):
+    with pytest.raises(ValueError, match=r"^d_model \(30\) must be divisible by n_heads \(4\)"):
         catlib.ContinuousAttention(30, 4, 4, "fourier")
-    with pytest.raises(ValueError, match="basis"):
+    with pytest.raises(ValueError, match=r"^basis must be one of \['fourier', 'cheb'\], got 'legendre'$"):
         catlib.ContinuousAttention(16, 2, 4, "legendre")
-    with pytest.raises(ValueError, match="quad_nodes"):
+    with pytest.raises(ValueError, match=r"^quad_nodes \(q\) must be an integer >= 1, got 0$"):
         catlib.gauss_legendre(0)
-    with pytest.raises(ValueError, match="solver"):
+    with pytest.raises(ValueError, match=r"^solver must be one of \['dopri5', 'rk4-classic', 'euler'\], "
+                                         r"got 'rk45'$"):
         catlib.integrate(lambda t, y: y, torch.ones(1), solver="rk45")
 
 
@@ -70,7 +77,9 @@ def test_empty_sequence(variant):
     empty = torch.zeros(2, 0, dtype=torch.long)
     for model in (catlib.CAT(CATConfig(**SMALL, variant=variant)),
                   catlib.Baseline(CATConfig(**SMALL, variant=variant))):
-        with pytest.raises(ValueError, match="T"):
+        # The message names the expected shape and the one given; match="T" alone would
+        # pass for nearly any message (an unrelated ValueError from deep inside included).
+        with pytest.raises(ValueError, match=r"^tokens must be \[B, T\] with T >= 1, got shape \(2, 0\)$"):
             model(empty)
 
 

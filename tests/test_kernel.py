@@ -18,18 +18,27 @@ def _seed():
 
 
 @pytest.mark.parametrize("basis", BASES)
-def test_rows_sum_to_one(basis):
-    kernel = Kernel2D(8, basis)
+def test_kernel_matches_formula(basis):
+    # K[i, q] = exp(W_iq) / sum_q' exp(W_iq'), W = softplus(log_scale) Phi(s)^T C Phi(t),
+    # with Phi from the formulas of ALGORITHM.md (numpy, independent of catlib.bases).
+    # Catches a transposed C, s and t swapped, a missing softplus or 1/sqrt(n), the softmax
+    # over the wrong axis: a row-sum check cannot, softmax makes every row sum to 1.
+    kernel = Kernel2D(8, basis).double()
     with torch.no_grad():
         kernel.coeffs.mul_(100.0)  # far from uniform
         kernel.log_scale.fill_(1.0)
-    s = torch.linspace(0, 1, 17)
-    t = torch.rand(23)
+    s = torch.linspace(0, 1, 17, dtype=torch.float64)
+    t = torch.rand(23, dtype=torch.float64)
     with torch.no_grad():
-        k = kernel(s, t)
+        k = kernel(s, t).numpy()
+    c = kernel.coeffs.detach().numpy()
+    phi_s, _ = _basis_and_second_derivative(basis, s.numpy(), 8)
+    phi_t, _ = _basis_and_second_derivative(basis, t.numpy(), 8)
+    w = np.log1p(np.e) * (phi_s.T @ c @ phi_t)                  # softplus(1) = log(1 + e)
+    expected = np.exp(w - w.max(1, keepdims=True))
+    expected /= expected.sum(1, keepdims=True)
     assert k.shape == (17, 23)
-    assert bool((k >= 0).all())
-    torch.testing.assert_close(k.sum(-1), torch.ones(17), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(k, expected, rtol=1e-12, atol=0)
     assert float(k.std()) > 1e-3  # not trivially uniform
 
 
@@ -49,8 +58,29 @@ def test_published_penalty_formula(basis):
     expected = sum((2 * math.pi) ** 4 * (k * k + l * l) ** 2 * c[k, l] ** 2
                    for k in range(n) for l in range(n))
     assert float(kernel.sobolev_penalty().detach()) == pytest.approx(expected, rel=1e-12)
-    # Default penalty is the published one.
-    assert float(Kernel2D(n, basis).sobolev_penalty().detach()) > 0
+    # The default penalty is the published one: its value, not merely a positive one
+    # (the exact penalty is positive too). Catches a default switched to "exact".
+    default = Kernel2D(n, basis).double()
+    default.load_state_dict(kernel.state_dict())
+    assert float(default.sobolev_penalty().detach()) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("basis,omega", [("fourier", 2 * math.pi), ("cosine", math.pi)])
+@pytest.mark.parametrize("k,l", [(0, 1), (2, 3), (5, 5)])
+def test_exact_penalty_of_one_cosine_mode(basis, omega, k, l):
+    # f(s, t) = c cos(omega k s) cos(omega l t) / n has Laplacian -omega^2 (k^2 + l^2) f, and
+    # the mean of cos^2(omega k s) over [0, 1] is 1/2 (1 for k = 0), so by hand
+    # |Lap f|^2 = omega^4 (k^2 + l^2)^2 c^2 / n^2 * a_k a_l, a_0 = 1, a_k = 1/2.
+    # Catches a missing 1/sqrt(n) scaling, a wrong omega or a Gram matrix off by a factor:
+    # the published weights (2 pi)^4 (k^2 + l^2)^2 c^2 differ from this by n^2 / (a_k a_l).
+    n, c = 6, 0.7
+    kernel = Kernel2D(n, basis, penalty="exact").double()
+    with torch.no_grad():
+        kernel.coeffs.zero_()
+        kernel.coeffs[k, l] = c
+    half = lambda j: 1.0 if j == 0 else 0.5  # noqa: E731
+    expected = omega ** 4 * (k * k + l * l) ** 2 * c * c / n ** 2 * half(k) * half(l)
+    assert float(kernel.sobolev_penalty().detach()) == pytest.approx(expected, rel=1e-10)
 
 
 # ---- brute-force Laplacian energy, independent of catlib.bases ---------------------
@@ -166,12 +196,27 @@ def test_published_attention_of_constant_is_not_constant():
     # Defect 4: softmax, then quadrature weights: the rows sum to far less than 1.
     from catlib import ContinuousAttention
 
-    attn = ContinuousAttention(8, 2, 6, "fourier", quad_nodes=16, dropout=0.0).eval()
+    # Input 1 everywhere, identity projections: out_i = sum_q softmax_q(W(s_i, t_q)) w_q for
+    # each head's channels, about 1/Q = 0.0625 at the near-flat initial kernel, not 1.
+    # Checked against that formula (numpy basis), so it also catches weights applied twice
+    # or the normalised integral switched on by default (which gives 1).
+    attn = ContinuousAttention(8, 2, 6, "fourier", quad_nodes=16, dropout=0.0).double().eval()
     with torch.no_grad():
         attn.v_proj.weight.copy_(torch.eye(8))
         attn.out_proj.weight.copy_(torch.eye(8))
-        out = attn(torch.ones(1, 5, 8))
-    assert float(out.max()) < 0.2
+        out = attn(torch.ones(1, 5, 8, dtype=torch.float64))[0]           # [5, 8]
+    s = np.linspace(0, 1, 5)
+    nodes, weights = attn.t_nodes.double().numpy(), attn.t_w.double().numpy()
+    phi_s, _ = _basis_and_second_derivative("fourier", s, 6)
+    phi_t, _ = _basis_and_second_derivative("fourier", nodes, 6)
+    for j, kernel in enumerate(attn.kernels):
+        scale = np.log1p(np.exp(float(kernel.log_scale.detach())))
+        w = scale * (phi_s.T @ kernel.coeffs.detach().numpy() @ phi_t)   # [5, Q]
+        soft = np.exp(w) / np.exp(w).sum(1, keepdims=True)
+        expected = soft @ weights                                         # [5]
+        np.testing.assert_allclose(out[:, 4 * j:4 * j + 4].numpy(),
+                                   np.repeat(expected[:, None], 4, 1), rtol=1e-12)
+    assert float((out - 1 / 16).abs().max()) < 5e-4   # measured 7e-5
 
 
 @pytest.mark.parametrize("half_range,mirrored", [(False, True), (True, False)])

@@ -85,7 +85,15 @@ def test_dopri5_meets_tolerance(adjoint):
     assert float((y1.detach() - math.e).abs().max()) < 1e-6
     tight, _ = integrate(Growth(), y0, solver="dopri5", rtol=1e-11, atol=1e-13, adjoint=adjoint)
     assert float((tight.detach() - math.e).abs().max()) < 1e-9
+    # Forward evaluations must not be booked as backward ones, and the backward count must
+    # move only when a backward pass really calls the dynamics (the adjoint does; direct
+    # backpropagation replays the graph). Catches a counter that never switches to
+    # "backward", or one that counts the forward solve there too.
     assert counter.nfe_forward > 0 and counter.nfe_backward == 0
+    nfe_forward = counter.nfe_forward
+    y1.sum().backward()
+    assert counter.nfe_forward == nfe_forward
+    assert (counter.nfe_backward > 0) if adjoint else (counter.nfe_backward == 0)
 
 
 @pytest.mark.parametrize("adjoint", [False, True])
@@ -155,3 +163,89 @@ def test_model_nfe_dopri5_adjoint():
     assert nfe["forward"] >= 8 and (nfe["forward"] - 2) % 6 == 0 and nfe["backward"] == 0
     logits.sum().backward()
     assert model.nfe["forward"] == nfe["forward"] and model.nfe["backward"] > 0
+
+
+# ---- the step cap, forward and backward -------------------------------------------
+
+def _dopri5_steps(nfe):
+    # torchdiffeq's dopri5: 2 evaluations choose the first step, then 6 per attempted step.
+    assert (nfe - 2) % 6 == 0, nfe
+    return (nfe - 2) // 6
+
+
+@pytest.mark.parametrize("seminorm", [False, True])
+def test_max_steps_caps_the_adjoint_backward_solve(seminorm):
+    # y' = y, rtol 1e-7: the forward solve takes 7 steps, the adjoint's backward solve 13
+    # (8 with the seminorm). With max_steps = 7 the forward finishes and the backward must
+    # stop with the library's RuntimeError. Catches (a) a cap passed to the forward solve
+    # only (with the seminorm the backward then runs on past it) and (b) torchdiffeq's raw
+    # AssertionError escaping from loss.backward().
+    _, free = integrate(Growth(), torch.ones(3, dtype=torch.float64), solver="dopri5",
+                        adjoint_seminorm=seminorm)
+    cap = _dopri5_steps(free.nfe_forward)
+    assert cap == 7
+    y1, counter = integrate(Growth(), torch.ones(3, dtype=torch.float64), solver="dopri5",
+                            adjoint_seminorm=seminorm, max_steps=cap)
+    assert counter.nfe_forward == free.nfe_forward  # a cap of exactly the steps taken is met
+    with pytest.raises(RuntimeError, match=r"max_steps=7 steps in the backward \(adjoint\) solve"):
+        y1.sum().backward()
+    # The counts stay readable: the backward stopped before its 8th step.
+    assert counter.nfe_backward == 2 + 6 * cap
+
+
+def test_max_steps_caps_the_forward_solve():
+    # One step fewer than the solve needs: the forward stops with the clear error.
+    counter = catlib.solvers.CountedDynamics(Growth())
+    with pytest.raises(RuntimeError, match=r"max_steps=6 steps in the forward solve"):
+        integrate(counter, torch.ones(3, dtype=torch.float64), solver="dopri5", max_steps=6)
+    assert counter.nfe_forward == 2 + 6 * 6
+
+
+def test_model_max_steps_caps_backward_and_keeps_nfe():
+    # A small causal CAT under dopri5 (rtol 1e-4): the forward takes 3 steps, the adjoint
+    # backward (no seminorm) 5. Capped at 3, loss.backward() must raise the library's
+    # RuntimeError, and cat.nfe must still report both passes.
+    torch.manual_seed(0)
+    model = _small_cat(variant="causal", solver="dopri5", rtol=1e-4, atol=1e-6).eval()
+    tokens = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(1))
+    logits, _ = model(tokens)
+    cap = _dopri5_steps(model.nfe["forward"])
+    logits.square().sum().backward()
+    assert _dopri5_steps(model.nfe["backward"]) > cap == 3
+    model.zero_grad()
+    model.config.max_steps = cap
+    logits, _ = model(tokens)
+    with pytest.raises(RuntimeError, match="max_steps=3 steps in the backward"):
+        logits.square().sum().backward()
+    assert model.nfe == {"forward": 2 + 6 * cap, "backward": 2 + 6 * cap}
+
+
+def test_max_steps_applies_to_each_backward_pass():
+    # y' = y with the seminorm: 7 forward steps, 8 backward ones. A cap of 8 allows every
+    # backward pass. Catches a backward step count that accumulates over passes (the
+    # second loss.backward(retain_graph=True) would then stop at "16 > 8").
+    y1, counter = integrate(Growth(), torch.ones(3, dtype=torch.float64), solver="dopri5",
+                            adjoint_seminorm=True, max_steps=8)
+    for _ in range(2):
+        y1.sum().backward(retain_graph=True)
+        assert counter.steps_forward == 7 and counter.steps_backward == 8
+
+
+def test_seminorm_backward_keeps_the_time_dtype(monkeypatch):
+    # With the seminorm, torchdiffeq takes adjoint_options alone for the backward solve.
+    # Catches adjoint_options that carry only the norm: the backward then keeps time in
+    # float64, which MPS cannot hold (the forward's float32 time is there for MPS).
+    import catlib.solvers as solvers
+
+    seen = {}
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return solvers.odeint_adjoint.__wrapped__(*args, **kwargs)
+
+    spy.__wrapped__ = solvers.odeint_adjoint
+    monkeypatch.setattr(solvers, "odeint_adjoint", spy)
+    integrate(Growth(), torch.ones(1, dtype=torch.float64), solver="dopri5",
+              adjoint_seminorm=True, max_steps=50)
+    assert seen["adjoint_options"]["norm"] == "seminorm"
+    assert seen["adjoint_options"]["dtype"] == seen["options"]["dtype"]

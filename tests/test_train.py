@@ -1,9 +1,14 @@
 """The side-by-side training loop: schedule, seeds, resume, validation, budget, NaN."""
 import io
+import os
+import random
+import signal
 
+import numpy as np
 import pytest
 import torch
 
+from catlib import train
 from catlib.config import CATConfig
 from catlib.train import NonFiniteLoss, SideBySide, TrainConfig, penalty_weight, train_loop
 
@@ -87,6 +92,61 @@ def test_validation_does_not_change_training(corpus):
     assert len(vals) == 3 and all(v["val_ce"] > 0 and v["val_base_ce"] > 0 for v in vals)
 
 
+def test_validation_restores_every_rng(corpus, monkeypatch):
+    """Validation in eval mode happens to draw no random numbers, so the test above would
+    pass without the RNG restore; here validation draws from torch, numpy and python.
+    Would catch a validate() that does not restore the RNG states of the step boundary."""
+    def greedy(model, val, length, **kw):
+        torch.rand(5), np.random.rand(5), random.random()
+        return {"len": length, "ce": 1.0}
+    monkeypatch.setattr(train, "cross_entropy", greedy)
+    _, plain = _run(corpus, steps=3)
+    _, validated = _run(corpus, steps=3, val_every=1)
+    assert _losses(validated) == _losses(plain)   # CAT's dropout reads the torch RNG
+    t = SideBySide(CATConfig(**TINY), TrainConfig(train_steps=3, batch=2, seq=16), corpus.train)
+    t.train_step()
+    before = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+    t.validate(corpus.val)
+    assert torch.equal(torch.get_rng_state(), before[0])
+    assert (np.random.get_state()[1] == before[1]).all() and random.getstate() == before[2]
+
+
+def test_ctrl_c_in_the_update_is_raised_after_the_step_is_recorded(corpus):
+    """SIGINT during the optimiser update: the update completes, its metrics reach the log,
+    then KeyboardInterrupt. Would catch raising before the log (a step done, never logged)."""
+    t = SideBySide(CATConfig(**TINY), TrainConfig(train_steps=3, batch=2, seq=16), corpus.train)
+    update = t.opt_base.step
+
+    def step(*a, **kw):
+        os.kill(os.getpid(), signal.SIGINT)
+        return update(*a, **kw)
+    t.opt_base.step = step
+    log = []
+    with pytest.raises(KeyboardInterrupt):
+        train_loop(t, log=log.append, echo=None, progress=False)
+    assert t.step == 1 and [m["step"] for m in log] == [0]
+
+
+def test_one_model_only(corpus, capsys):
+    """models=("cat",) or ("base",) trains that model alone: the other is None, its metrics
+    keys absent, the progress line names only the trained one. Would catch a trainer that
+    needs both models."""
+    for models, present, absent in ((("cat",), "loss", "base_loss"), (("base",), "base_loss", "ce")):
+        t = SideBySide(CATConfig(**TINY), TrainConfig(train_steps=1, batch=2, seq=16, models=models,
+                                                      val_every=1, log_every=1), corpus.train)
+        log = []
+        train_loop(t, val_ids=corpus.val, log=log.append, progress=False)
+        assert present in log[0] and absent not in log[0]
+        assert (t.cat is None) == (models == ("base",)) and (t.base is None) == (models == ("cat",))
+        assert (log[1]["val_ce"] is None) == (models == ("base",))
+        state = t.state_dict()
+        assert state["cat" if models == ("base",) else "base"] is None
+        t.load_state_dict(state)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("step 0 | CAT ") and " base " not in out[0]
+    assert out[1].startswith("step 0 | base ") and "CAT" not in out[1]
+
+
 def test_budget_stops_at_a_step_boundary(corpus, capsys):
     t = SideBySide(CATConfig(**TINY), TrainConfig(train_steps=50, batch=2, seq=16, budget=1e-9),
                    corpus.train)
@@ -118,9 +178,15 @@ def test_nan_loss_stops_before_any_update(corpus):
 
 
 def test_train_config_validation():
+    # seed: numpy's global seed is 0..2**32-1 (a -1 used to fail after files were written)
     for bad in (dict(train_steps=0), dict(batch=-1), dict(lr=0.0), dict(lr=float("nan")),
-                dict(budget=0), dict(val_every=-1)):
+                dict(budget=0), dict(val_every=-1), dict(seed=-1), dict(seed=2**32),
+                dict(seed=1.5), dict(split="80/20"), dict(models=()), dict(models=("cat", "cat")),
+                dict(models=("cat", "gpt"))):
         with pytest.raises(ValueError, match=next(iter(bad))):
             TrainConfig(**bad).validate()
+    TrainConfig(seed=2**32 - 1, split="90/10", models=["base"]).validate()
+    assert TrainConfig(models=("base", "cat")).identity() == TrainConfig().identity()
+    assert TrainConfig(models=("base",)).identity() != TrainConfig().identity()
     with pytest.raises(ValueError, match="seq must be at most 49998"):
         TrainConfig(seq=50000).validate(50000)
