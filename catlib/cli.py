@@ -12,6 +12,7 @@ import argparse
 import re
 import sys
 
+from .audit import add_parser as add_audit_parser
 from .config import BASES, SOLVER_NAMES, VARIANTS, CATConfig
 from .data import CORPUS_CHARS, SPLITS, DataError, split_point
 from .evaluate import PUBLISHED_LENGTHS, check_settings, format_table
@@ -79,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="python -m catlib", formatter_class=argparse.RawDescriptionHelpFormatter,
                   description="Train and evaluate the Continuous Attention Transformer beside its "
                               "baseline, as published or corrected.")
-    sub = top.add_subparsers(dest="command", metavar="{train,eval}", parser_class=_Parser)
+    sub = top.add_subparsers(dest="command", metavar="{train,eval,audit}", parser_class=_Parser)
 
     t = sub.add_parser("train", help="train CAT and the baseline side by side, then evaluate",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=CPU_HINT,
@@ -133,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--allow-other-code", action="store_true",
                    help="evaluate a run trained by other catlib code (another code fingerprint)")
     e.set_defaults(func=cmd_eval)
+    a = add_audit_parser(sub)
 
-    top.epilog = "\n".join(p.format_help() for p in (t, e))
+    top.epilog = "\n".join(p.format_help() for p in (t, e, a))
     return top
 
 
@@ -208,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     prog = f"python -m catlib {args.command}" if args.command else "python -m catlib"
     if args.command is None:
-        print(f"{prog}: error: choose a command, train or eval; see `{prog} --help`", file=sys.stderr)
+        print(f"{prog}: error: choose a command, train, eval or audit; see `{prog} --help`", file=sys.stderr)
         return 2
     try:
         return args.func(args)
