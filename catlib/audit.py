@@ -756,16 +756,14 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
 def resolve_device(name: str = "auto") -> torch.device:
-    """"auto": cuda, then mps, then cpu; a device that is absent raises AuditError."""
-    has = {"cpu": True, "cuda": torch.cuda.is_available(),
-           "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
-    if name == "auto":
-        return torch.device(next(d for d in ("cuda", "mps", "cpu") if has[d]))
-    if name not in has:
-        raise AuditError(f"unknown device {name!r}; choose one of {list(DEVICES)}")
-    if not has[name]:
-        raise AuditError(f"device {name!r} is not present on this machine; use --device cpu or auto")
-    return torch.device(name)
+    """"auto": cuda, then mps, then cpu (:func:`catlib.runs.resolve_device`); an unknown or
+    absent device raises AuditError."""
+    from .runs import RunError, resolve_device as resolve
+
+    try:
+        return resolve(name)
+    except RunError as e:
+        raise AuditError(str(e)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

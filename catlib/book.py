@@ -46,6 +46,20 @@ COMMON_PARAMETERS = ("device", "profile", "figure_dir")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 FIGURE_DIR = "book/figures"  # relative to the repository root; cross-page figures go here
 
+# The experiment of notebooks 05, 06 and 08 (and the split study of 07): one set of sizes
+# and training settings per profile, shared so that their runs are the same runs.
+_EXPERIMENT: dict[str, dict] = {
+    "smoke": dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1,
+                  dropout=0.0, train_steps=40, lr=4e-3, batch=4, seq=32, lengths=[16, 32, 64],
+                  eval_windows=4),
+    "cpu": dict(d_model=128, n_heads=8, n_freq=32, blocks=1, solver="rk4-classic", solver_steps=1,
+                dropout=0.0, train_steps=500, lr=4e-3, batch=32, seq=128,
+                lengths=[128, 512, 1024, 5000], eval_windows=64),
+    "paper": dict(d_model=128, n_heads=8, n_freq=32, blocks=1, solver="rk4-classic", solver_steps=4,
+                  dropout=0.1, train_steps=800, lr=3e-4, batch=32, seq=256,
+                  lengths=[128, 512, 1024, 5000], eval_windows=256),
+}
+
 PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {
         "01_spectral_kernels": dict(n_freq=12, grid=48, n_heads=2),
@@ -57,13 +71,13 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  euler_steps=[1, 2, 4, 8], rk4_steps=[1, 2, 4],
                                  dopri5_rtols=[1e-3, 1e-5], dropout_max_steps=60,
                                  published_batch=2, published_max_steps=3, step_repeats=1),
-        "05_training": dict(d_model=16, n_heads=2, n_freq=8, train_steps=100, batch=4, seq=32,
-                            lengths=[16, 32, 64], eval_windows=4, val_every=25, val_windows=2,
-                            check_windows=2),
-        "06_context_length": dict(d_model=16, n_heads=2, n_freq=8, train_steps=100, batch=4, seq=32,
-                                  lengths=[16, 32, 64], eval_windows=4, seeds=[0, 1, 2]),
+        "05_training": dict(_EXPERIMENT["smoke"], val_every=10, val_windows=2, check_windows=2),
+        "06_context_length": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], published_seeds=[0]),
         "07_audit": dict(d_model=16, n_heads=2, n_freq=8, seq=32, batch=2, dopri5_max_steps=40,
-                         brief_steps=30, eval_windows=4),
+                         brief_steps=30, eval_windows=4, split_d_model=16, split_n_heads=2,
+                         split_steps=40, split_lr=4e-3, split_batch=4, split_seq=32,
+                         split_val_every=10),
+        "08_beyond": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2]),
     },
     "cpu": {
         "01_spectral_kernels": dict(n_freq=32, grid=128, n_heads=4),
@@ -75,15 +89,13 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  euler_steps=[1, 2, 4, 8, 16, 32], rk4_steps=[1, 2, 4, 8],
                                  dopri5_rtols=[1e-3, 1e-5, 1e-7], dropout_max_steps=600,
                                  published_batch=32, published_max_steps=40, step_repeats=2),
-        # 05 and 06 share their model and training settings: 06 reuses 05's runs as seed 0.
-        "05_training": dict(d_model=64, n_heads=4, n_freq=16, train_steps=500, lr=1e-3, batch=16,
-                            seq=128, lengths=[128, 512, 1024, 5000], eval_windows=16,
-                            val_every=50, val_windows=8, check_windows=8),
-        "06_context_length": dict(d_model=64, n_heads=4, n_freq=16, train_steps=500, lr=1e-3,
-                                  batch=16, seq=128, lengths=[128, 512, 1024, 5000],
-                                  eval_windows=16, seeds=[0, 1, 2]),
+        "05_training": dict(_EXPERIMENT["cpu"], val_every=50, val_windows=8, check_windows=8),
+        "06_context_length": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], published_seeds=[0]),
         "07_audit": dict(d_model=32, n_heads=4, n_freq=16, seq=64, batch=4, dopri5_max_steps=600,
-                         brief_steps=200, eval_windows=16),
+                         brief_steps=200, eval_windows=16, split_d_model=128, split_n_heads=8,
+                         split_steps=500, split_lr=4e-3, split_batch=32, split_seq=128,
+                         split_val_every=50),
+        "08_beyond": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2]),
     },
     "paper": {
         "01_spectral_kernels": dict(n_freq=48, grid=256, n_heads=8),
@@ -96,14 +108,13 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  euler_steps=[1, 2, 4, 8, 16, 32, 64], rk4_steps=[1, 2, 4, 8, 16],
                                  dopri5_rtols=[1e-3, 1e-5, 1e-7], dropout_max_steps=2000,
                                  published_batch=32, published_max_steps=2000, step_repeats=3),
-        "05_training": dict(d_model=128, n_heads=8, n_freq=32, train_steps=800, lr=3e-4, batch=32,
-                            seq=256, lengths=[128, 512, 1024, 5000], eval_windows=256,
-                            val_every=100, val_windows=32, check_windows=32),
-        "06_context_length": dict(d_model=128, n_heads=8, n_freq=32, train_steps=800, lr=3e-4,
-                                  batch=32, seq=256, lengths=[128, 512, 1024, 5000],
-                                  eval_windows=256, seeds=[0, 1, 2]),
+        "05_training": dict(_EXPERIMENT["paper"], val_every=100, val_windows=32, check_windows=32),
+        "06_context_length": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], published_seeds=[0, 1, 2]),
         "07_audit": dict(d_model=128, n_heads=8, n_freq=32, seq=256, batch=8,
-                         dopri5_max_steps=2000, brief_steps=300, eval_windows=64),
+                         dopri5_max_steps=2000, brief_steps=300, eval_windows=64,
+                         split_d_model=128, split_n_heads=8, split_steps=800, split_lr=3e-4,
+                         split_batch=32, split_seq=256, split_val_every=100),
+        "08_beyond": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2]),
     },
 }
 
@@ -513,6 +524,8 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
     out = root / "results" / f"headline_{profile}.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text(text)
+    publish_extrapolation(root, profile, {"profile": profile, "device": device,
+                                          "commit": commit, "date": _now()})
     readme = root / "README.md"
     start, end = README_MARKERS
     body = readme.read_text() if readme.exists() else ""
@@ -521,6 +534,39 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
         readme.write_text(f"{head}{start}\n{text}{end}{rest.split(end, 1)[1]}")
     print(f"[book] headline table written to {out}")
     return out
+
+
+def publish_extrapolation(root: Path, profile: str, label: dict) -> list[Path]:
+    """Merge the notebooks' shares of the extrapolation artefacts into ``results/``.
+
+    ``book/_generated/extrapolation/<notebook>.json`` and ``.csv`` (written by
+    :func:`catlib.experiment.write_part`) become ``results/extrapolation_<profile>.json``
+    (``{model: {"train_length", "leak", "ce"}}``) and ``results/position_ce_<profile>.csv``
+    (``model,position,ce``); ``results/provenance_<profile>.json`` labels both.
+    """
+    from .extrapolation import (read_extrapolation_json, read_position_csv,
+                                write_extrapolation_json, write_position_csv)
+
+    parts = root / "book" / "_generated" / "extrapolation"
+    rows, curves, written = {}, {}, []
+    for part in sorted(parts.glob("*.json")) if parts.is_dir() else []:
+        rows.update(read_extrapolation_json(part))
+    for part in sorted(parts.glob("*.csv")) if parts.is_dir() else []:
+        curves.update(read_position_csv(part))
+    results = root / "results"
+    results.mkdir(exist_ok=True)
+    if rows:
+        written.append(results / f"extrapolation_{profile}.json")
+        write_extrapolation_json(written[-1], rows)
+    if curves:
+        written.append(results / f"position_ce_{profile}.csv")
+        write_position_csv(written[-1], curves)
+    if written:
+        meta = {**label, "written_by": f"python -m catlib.book --profile {profile}",
+                "artefacts": [p.name for p in written]}
+        (results / f"provenance_{profile}.json").write_text(json.dumps(meta, indent=1) + "\n")
+        print(f"[book] extrapolation artefacts written: {', '.join(p.name for p in written)}")
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:

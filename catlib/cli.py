@@ -12,6 +12,7 @@ import argparse
 import re
 import sys
 
+from . import distributed
 from .audit import add_parser as add_audit_parser
 from .config import BASES, SOLVER_NAMES, VARIANTS, CATConfig
 from .data import CORPUS_CHARS, SPLITS, DataError, split_point
@@ -167,12 +168,19 @@ def cmd_train(args) -> int:
         train_config.validate(split_point(CORPUS_CHARS, args.split), model_config.resolved().causal)
         check_settings(args.lengths, args.eval_windows, args.batch_tokens,
                        model_config.resolved().causal)
+        distributed.check_batch(args.batch)  # under torchrun: --batch is the global batch
+        device = distributed.setup(device)   # torchrun (WORLD_SIZE > 1): the process group
     except ValueError as err:
         raise RunError(_flagify(str(err))) from None
-    run = train_run(model_config, train_config, root=args.run_dir, name=args.name, device=device,
-                    data=args.data, retrain=args.retrain, lengths=args.lengths,
-                    eval_windows=args.eval_windows, dropout_in_eval=args.dropout_in_eval,
-                    batch_tokens=args.batch_tokens, progress=not args.no_progress)
+    try:
+        run = train_run(model_config, train_config, root=args.run_dir, name=args.name,
+                        device=device, data=args.data, retrain=args.retrain, lengths=args.lengths,
+                        eval_windows=args.eval_windows, dropout_in_eval=args.dropout_in_eval,
+                        batch_tokens=args.batch_tokens, progress=not args.no_progress)
+    finally:
+        distributed.teardown()
+    if run is None:  # a rank other than 0 under torchrun: rank 0 reports
+        return 0
     print(_report(run.result))
     print(f"run: {run.path}")
     return 0

@@ -54,9 +54,10 @@ from typing import Callable
 
 import torch
 
+from . import distributed
 from .baselines import Baseline
 from .config import CATConfig
-from .data import Corpus, load_corpus
+from .data import Corpus, DataError, load_corpus
 from .evaluate import PUBLISHED_LENGTHS, check_settings, context_table, leak_score
 from .model import CAT
 from .provenance import FINGERPRINT_MODULES, code_fingerprint, git_state, package_versions
@@ -324,7 +325,8 @@ def environment(device: torch.device) -> dict:
     return {"python": sys.version.split()[0], "platform": platform.platform(),
             "versions": versions, "device": dev, "git": git_state(),
             "code_fingerprint": code_fingerprint(),
-            "torch_threads": torch.get_num_threads(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "torch_threads": torch.get_num_threads(), "world_size": distributed.world_size(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def weights_digest(models: dict) -> str:
@@ -584,12 +586,66 @@ def _same_settings(run: Run, model_config: CATConfig, train_config: TrainConfig,
             and run.config.get("data_sha256") == sha)
 
 
-def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs",
-              name: str | None = None, device="auto", data=None, retrain: bool = False,
-              lengths=PUBLISHED_LENGTHS, eval_windows: int = 256, dropout_in_eval: bool = False,
-              batch_tokens: int = 32768, evaluate: bool = True, progress: bool = True,
-              echo: Callable[[str], None] | None = print,
-              on_step: Callable[[dict], None] | None = None) -> Run:
+def train_run(model_config: CATConfig, train_config: TrainConfig, **options) -> Run | None:
+    """Train (or reuse, or resume) a side-by-side run in ``root/name`` and evaluate it.
+
+    Options (keywords): root, name, device, data, retrain, lengths, eval_windows,
+    dropout_in_eval, batch_tokens, evaluate, progress, echo, on_step; see :func:`_train_run`.
+    Under torchrun (:mod:`catlib.distributed`) rank 0 does all of :func:`_train_run` and
+    tells the other ranks, once the run directory is ready, to train beside it (from its
+    checkpoint), or the error to raise; they return None, without evaluating.
+    """
+    try:
+        distributed.check_batch(train_config.batch)
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    if not distributed.is_main():
+        return _follow(model_config, train_config, **options)
+    gate = distributed.Gate()
+    try:
+        run = _train_run(model_config, train_config, ready=gate.open, **options)
+    except BaseException as e:
+        gate.refuse(e)  # before training only: then the other ranks raise it too
+        raise
+    gate.open({"action": "done"})
+    return run
+
+
+_ERRORS = {"RunError": RunError, "DataError": DataError, "StorageError": StorageError,
+           "KeyboardInterrupt": RunInterrupted}
+
+
+def _follow(model_config: CATConfig, train_config: TrainConfig, *, device="auto", data=None,
+            **_) -> None:
+    """A rank other than 0 under torchrun: wait for rank 0's go, then train beside it."""
+    info = distributed.decision()
+    if info["action"] == "error":
+        raise _ERRORS.get(info["kind"], TrainingFailed)(
+            info["message"] if info["kind"] in _ERRORS
+            else f"rank 0 stopped ({info['kind']}: {info['message']})")
+    if info["action"] != "train":
+        return None
+    corpus = load_corpus(data, split=train_config.split)
+    dev = resolve_device(device) if isinstance(device, str) else torch.device(device)
+    trainer = SideBySide(model_config.resolved(), train_config, corpus.train, dev)
+    trainer.load_state_dict(load_checkpoint(Path(info["path"]) / "checkpoint.pt")["trainer"])
+    try:
+        train_loop(trainer, echo=None, progress=False,
+                   on_step=lambda m: distributed.fault_point(m["step"]))
+    except KeyboardInterrupt:
+        raise RunInterrupted(f"rank {distributed.rank()} interrupted") from None
+    except NonFiniteLoss as e:
+        raise TrainingFailed(f"training stopped: {e}") from None
+    return None
+
+
+def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs",
+               name: str | None = None, device="auto", data=None, retrain: bool = False,
+               lengths=PUBLISHED_LENGTHS, eval_windows: int = 256, dropout_in_eval: bool = False,
+               batch_tokens: int = 32768, evaluate: bool = True, progress: bool = True,
+               echo: Callable[[str], None] | None = print,
+               on_step: Callable[[dict], None] | None = None,
+               ready: Callable[[dict], None] = lambda info: None) -> Run:
     """Train (or reuse, or resume) a side-by-side run in ``root/name`` and evaluate it.
 
     ``name`` defaults to ``<variant>-<config hash>``. Every input (training and evaluation
@@ -598,6 +654,8 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
     During training, Ctrl-C saves a checkpoint and raises RunInterrupted; a NaN or
     infinite loss raises TrainingFailed, keeping the last good checkpoint; a file that
     cannot be written (disk full) raises StorageError, keeping the last checkpoint.
+    ``ready(info)`` is called once the directory is ready: to reuse it, or to train from
+    its checkpoint (torchrun's other ranks then start, see :func:`train_run`).
     """
     say = echo or (lambda s: None)
     model_config = model_config.resolved()
@@ -653,6 +711,7 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
         if status == "finished" and not retrain:
             say(f"reusing finished run {path} (config hash {h}); pass --retrain to train again")
             run.reused = True
+            ready({"action": "reuse"})
             if evaluate:
                 run.result = _stored_eval(run, settings) or evaluate_run(
                     run, lengths, eval_windows, dropout_in_eval, batch_tokens, dev, corpus)
@@ -698,6 +757,7 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
             _save_checkpoint(run, trainer)
         last_good = trainer.step
         run.set_status("running", trainer.step)
+        ready({"action": "train", "path": str(path)})  # checkpoint.pt holds trainer's state
         _train(run, trainer, corpus, last_good, echo, progress, on_step)
         if evaluate:
             evaluate_run(run, lengths, eval_windows, dropout_in_eval, batch_tokens, dev, corpus)

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm  # text bar: tqdm.auto warns in kernels without ipywidgets
 
+from . import distributed
 from .baselines import Baseline
 from .config import CATConfig
 from .data import SPLITS, BatchSampler
@@ -187,6 +188,7 @@ class SideBySide:
         self.sampler = BatchSampler(train_ids, train_config.batch, train_config.seq, train_config.seed)
         self.step = 0
         self._boundary = self._snapshot()
+        self._ddp = {}  # under torchrun: the models in DistributedDataParallel (made at step 1)
 
     def _snapshot(self) -> dict:
         """Randomness at a step boundary: the sampler's and the global RNGs' states."""
@@ -206,7 +208,8 @@ class SideBySide:
         """
         t0 = time.perf_counter()
         s, tc = self.step, self.tc
-        x, y = (t.to(self.device) for t in self.sampler())  # [B, seq] each
+        batch = self.sampler()  # x, y [B, seq]: the global batch (the same on every rank)
+        x, y = (distributed.shard(t).to(self.device) for t in batch)  # this rank's rows
         m = {"kind": "train", "step": s}
         if self.cat is not None:
             self.cat.train()
@@ -227,7 +230,7 @@ class SideBySide:
             self.step += 1
             self._boundary = self._snapshot()
             seconds = time.perf_counter() - t0
-            m.update(seconds=seconds, tokens_per_s=x.numel() / seconds)
+            m.update(seconds=seconds, tokens_per_s=batch[0].numel() / seconds)
             if commit:
                 commit(m)  # inside: a Ctrl-C during the update cannot lose this step's record
         return m
@@ -236,14 +239,21 @@ class SideBySide:
         """Loss ``CE + pen_w * penalty`` of one model on x, y [B, seq], and its gradients.
 
         Returns (ce, loss, penalty); raises NonFiniteLoss before any gradient is written.
+        Under torchrun x, y are this rank's rows, the model is in DistributedDataParallel
+        (which averages the gradients: the penalty, the same on every rank, counts once)
+        and the returned ce and loss are the global-batch means.
         """
-        logits, pen = model(x, penalty=True)  # [B, seq, V], scalar (zero for the baseline)
+        if distributed.active() and which not in self._ddp:
+            self._ddp[which] = distributed.wrap(model, self.device)
+        with distributed.consistent_dropout(self.device):
+            logits, pen = self._ddp.get(which, model)(x, penalty=True)  # [B, seq, V], scalar
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss = ce + pen_w * pen if pen_w else ce
-        _check_finite(loss, self.step, which)
+        ce_all, loss_all = distributed.mean(ce, loss)  # ce, loss themselves in one process
+        _check_finite(loss_all, self.step, which)  # the same verdict on every rank
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
-        return ce, loss, pen
+        return ce_all, loss_all, pen
 
     def validate(self, val_ids: torch.Tensor) -> dict:
         """Validation CE of both models (eval mode, ``val_windows`` windows of length seq)."""
@@ -306,7 +316,8 @@ def train_loop(trainer: SideBySide, *, val_ids: torch.Tensor | None = None,
     say = (lambda s: bar.write(s)) if progress else echo
     try:
         while trainer.step < tc.train_steps:
-            if tc.budget is not None and last and time.monotonic() - start + last > tc.budget:
+            if tc.budget is not None and last and distributed.any_rank(
+                    time.monotonic() - start + last > tc.budget):  # all ranks stop together
                 if checkpoint:
                     checkpoint()
                 if echo:

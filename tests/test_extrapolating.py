@@ -150,8 +150,9 @@ def test_content_positions():
 
 @torch.no_grad()
 def test_content_bias_is_the_kernel_at_t():
-    # The plan's Toeplitz rows (i <= D) and point-by-point rows (i > D) against
-    # k(t_ij) evaluated from the basis definition.
+    # The plan's Toeplitz rows (i <= D) and point-by-point rows (i > D, the reference
+    # path bias_grid = None) against k(t_ij) evaluated from the basis definition; the
+    # default grid path: rows i <= D identical, rows beyond within its stated bound.
     torch.manual_seed(0)
     attn = ContentAttention(16, 2, 6, kernel_horizon=40.0).double()
     attn.kernels.coeffs.normal_()
@@ -160,8 +161,71 @@ def test_content_bias_is_the_kernel_at_t():
     scale = F.softplus(attn.kernels.log_scale)[:, :, None]
     direct = scale * torch.einsum("hk,kij->hij", attn.kernels.coeffs, basis("cosine", t, 6))
     direct = direct.masked_fill(rows[:, None] < rows[None, :], -math.inf)   # causal as built
-    assert torch.allclose(attn.plan(100).bias, direct, atol=1e-12, rtol=0)
+    grid = attn.plan(100).bias
+    bound = attn.grid_error_bound()
+    attn.bias_grid = None
+    assert attn.grid_error_bound() == 0.0
+    exact = attn.plan(100).bias
+    assert torch.allclose(exact, direct, atol=1e-12, rtol=0)
     assert torch.allclose(attn.plan(30).bias, direct[:, :30, :30], atol=1e-12, rtol=0)
+    assert torch.equal(grid[:, :41], exact[:, :41])
+    assert torch.equal(torch.isneginf(grid), torch.isneginf(exact))
+    error = (grid - exact)[torch.isfinite(exact)].abs().max()
+    assert 0 < float(error) <= bound + 1e-12 and bound < 1e-6
+
+
+@torch.no_grad()
+def test_content_grid_error_at_trained_scale():
+    # The bias beyond D read from the grid, in float32 as evaluated, against the exact
+    # point-by-point kernel in float64: coefficients of the size of trained ones
+    # (N(0, 0.1), n = 32), T = 3000 with D = 256 (every row i > D, both heads). The
+    # float64 grid (interpolation alone) stays within Delta^2 / 8 max |k''|; float32
+    # adds its rounding. Tolerance: 1e-4 nats.
+    torch.manual_seed(0)
+    attn = ContentAttention(16, 2, 32, kernel_horizon=256.0)
+    attn.kernels.coeffs.normal_(0.0, 0.1)
+    attn.kernels.log_scale.normal_(0.0, 0.5)
+    length, n0 = 3000, 257
+    bias32 = attn.plan(length).bias
+    attn.double()
+    bias64 = attn.plan(length).bias
+    bound = attn.grid_error_bound()
+    assert 1e-7 < bound < 1e-5
+    err32 = err64 = 0.0
+    for rows in torch.arange(n0, length).split(300):
+        exact = attn.kernels(attn.positions(rows, length, torch.float64))       # [h, C, T]
+        causal = rows[:, None] >= torch.arange(length)[None, :]
+        for bias in (bias32, bias64):
+            assert torch.isneginf(bias[:, rows][:, ~causal]).all()
+        err32 = max(err32, float((bias32[:, rows].double() - exact)[:, causal].abs().max()))
+        err64 = max(err64, float((bias64[:, rows] - exact)[:, causal].abs().max()))
+    assert err64 <= bound
+    assert err32 < 1e-4
+
+
+def test_content_grid_unused_up_to_horizon(monkeypatch):
+    # At T <= D + 1 the bias is the exact Toeplitz one (the grid path is never entered),
+    # bit for bit the reference; beyond, its rows i <= D still are.
+    torch.manual_seed(0)
+    attn = ContentAttention(16, 2, 32, kernel_horizon=64.0)
+    with torch.no_grad():
+        attn.kernels.coeffs.normal_(0.0, 0.1)
+    reference = {}
+    attn.bias_grid = None
+    for length in (1, 30, 64, 65, 90):
+        reference[length] = attn.plan(length).bias
+    attn.bias_grid = 8193
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("grid path used at T <= D + 1")
+
+    with monkeypatch.context() as m:
+        m.setattr(ContentAttention, "_rows_grid", refuse)
+        for length in (1, 30, 64, 65):
+            assert torch.equal(attn.plan(length).bias, reference[length])
+    bias = attn.plan(90).bias
+    assert torch.equal(bias[:, :65], reference[90][:, :65])
+    assert not torch.equal(bias, reference[90])
 
 
 @pytest.mark.parametrize("name", ["cosine", "fourier", "cheb"])

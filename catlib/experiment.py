@@ -1,0 +1,271 @@
+"""The book's context-length experiment: which models, trained how, scored where.
+
+An :class:`Arm` is one row of the results tables: one model (CAT or a baseline) of a
+training run, the run defined by the variant, the corpus split and a few ``CATConfig``
+options on top of sizes shared by every row. Rows that come from the same run (the
+causal CAT and its sinusoidal baseline) are trained once. Every run of a seed sees the
+same batches (same sampler seed, same split), so rows differ only by their model.
+
+``ARMS`` lists the rows of the book; notebooks 05, 06, 07 and 08 pick from it, so a row
+has one name everywhere: tables, figures and the artefacts in ``results/``.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+
+from .config import CATConfig
+from .data import Corpus, load_corpus
+from .evaluate import n_windows
+from .extrapolation import position_ce
+from .provenance import code_fingerprint
+from .runs import Run, atomic_write_text, run_lock, train_run, weights_digest
+from .train import TrainConfig
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One row: ``model`` ("cat" or "base") of the run of ``variant`` on ``split``.
+
+    ``options``: CATConfig fields of this row beyond the shared sizes, as (name, value)
+    pairs; ``trains``: the models its run trains; ``published_dropout``: keep the
+    published dropout rate (the published algorithm) instead of the profile's.
+    """
+
+    label: str
+    variant: str
+    model: str
+    split: str
+    options: tuple = ()
+    trains: tuple = ("cat", "base")
+    published_dropout: bool = False
+
+    @property
+    def is_cat(self) -> bool:
+        return self.model == "cat"
+
+    @property
+    def causal(self) -> bool:
+        return self.variant == "causal"
+
+
+ARMS: dict[str, Arm] = {a.label: a for a in (
+    Arm("published CAT", "published", "cat", "published", published_dropout=True),
+    Arm("published baseline", "published", "base", "published", published_dropout=True),
+    Arm("causal CAT", "causal", "cat", "90/10"),
+    Arm("sinusoidal baseline", "causal", "base", "90/10"),
+    Arm("RoPE baseline", "causal", "base", "90/10", (("baseline_positions", "rope"),), ("base",)),
+    Arm("ALiBi baseline", "causal", "base", "90/10", (("baseline_positions", "alibi"),), ("base",)),
+    Arm("relative CAT", "causal", "cat", "90/10", (("kernel", "relative"),), ("cat",)),
+    Arm("content-aware CAT", "causal", "cat", "90/10", (("kernel", "content"),), ("cat",)),
+)}
+HEADLINE = ("published CAT", "published baseline", "causal CAT", "sinusoidal baseline",
+            "RoPE baseline", "ALiBi baseline")
+BEYOND = ("relative CAT", "content-aware CAT")
+
+
+def configs(arm: Arm, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, TrainConfig]:
+    """The model and training configuration of ``arm``'s run for ``seed``.
+
+    ``sizes``: CATConfig fields shared by every row (d_model, n_heads, n_freq, blocks,
+    solver, steps, dropout); ``train``: TrainConfig fields (train_steps, lr, batch, seq, ...).
+    """
+    fields = dict(sizes)
+    if arm.published_dropout:
+        fields.pop("dropout", None)                 # the published rate, CATConfig's default
+    model = CATConfig(variant=arm.variant, **fields, **dict(arm.options))
+    return model, TrainConfig(**train, seed=seed, split=arm.split, models=arm.trains)
+
+
+def default_jobs(device) -> int:
+    """Runs trained at once: ``CATLIB_JOBS`` if set, else the CPU cores; 1 on CUDA or MPS."""
+    if torch.device(device).type != "cpu":
+        return 1
+    return max(1, int(os.environ.get("CATLIB_JOBS") or 0) or os.cpu_count() or 1)
+
+
+def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
+               root, device, lengths, eval_windows: int, curve_length: int | None = None,
+               jobs: int | None = None,
+               echo: Callable[[str], None] | None = print) -> dict[tuple[str, int], Run]:
+    """Train (or reuse) the run of every arm and seed, evaluated at ``lengths``.
+
+    ``seeds``: a list of seeds, or a function of the arm's label giving its seeds.
+
+    With ``curve_length``, each trained model's per-position CE at that length is computed
+    too (on at most ``eval_windows`` windows) and stored with its run (:func:`position_curve`).
+    On the CPU the runs are independent processes, ``jobs`` at a time (default
+    :func:`default_jobs`), each on one thread, so that the numbers do not depend on
+    ``jobs``. Returns ``{(label, seed): Run}``; arms that share a run share the Run object.
+    """
+    device = torch.device(device)
+    jobs = jobs or default_jobs(device)
+    seeds_of = seeds if callable(seeds) else (lambda label, fixed=list(seeds): fixed)
+    specs, owners = {}, {}
+    for label in arms:
+        for seed in seeds_of(label):
+            model, tc = configs(ARMS[label], sizes, train, seed)
+            key = (json.dumps(model.resolved().to_dict(), sort_keys=True), json.dumps(tc.identity()))
+            specs.setdefault(key, dict(model=model.to_dict(), train=tc.to_dict(), root=str(root),
+                                       device=str(device), lengths=list(lengths),
+                                       eval_windows=eval_windows, curve_length=curve_length))
+            owners.setdefault(key, []).append((label, seed))
+    if device.type == "cpu" and jobs > 1 and len(specs) > 1:
+        context = multiprocessing.get_context("spawn")   # a clean interpreter: safe in kernels
+        with ProcessPoolExecutor(min(jobs, len(specs)), mp_context=context) as pool:
+            for key, done in zip(specs, pool.map(_train_job, specs.values())):
+                _say(echo, owners[key], done)
+    else:
+        for key, spec in specs.items():
+            _say(echo, owners[key], _train_job(spec))
+    out = {}
+    for key, spec in specs.items():   # finished now: open each run with its stored evaluation
+        run = train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
+                        root=root, device=device, lengths=lengths, eval_windows=eval_windows,
+                        progress=False, echo=None)
+        out.update({owner: run for owner in owners[key]})
+    return out
+
+
+def _say(echo, owners, done: dict) -> None:
+    if echo:
+        rows = ", ".join(f"{label} (seed {seed})" for label, seed in owners)
+        echo(f"{rows}: {'reused' if done['reused'] else 'trained'} run {done['name']}")
+
+
+def _train_job(spec: dict) -> dict:
+    """Train, evaluate and score one run (a worker process, or in-process on one thread)."""
+    threads = torch.get_num_threads()
+    if spec["device"] == "cpu":
+        torch.set_num_threads(1)
+    try:
+        tc = TrainConfig(**spec["train"])
+        run = train_run(CATConfig.from_dict(spec["model"]), tc, root=spec["root"],
+                        device=spec["device"], lengths=spec["lengths"],
+                        eval_windows=spec["eval_windows"], progress=False, echo=None)
+        if spec["curve_length"]:
+            corpus = load_corpus(split=tc.split)
+            n = n_windows(len(corpus.val), spec["curve_length"], spec["eval_windows"])
+            for model_key in tc.models:
+                position_curve(run, model_key, corpus, spec["curve_length"], n, spec["device"])
+        return {"name": run.path.name, "reused": run.reused}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def scores(runs: dict, label: str, seeds: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(ce [seeds, lengths], leak [seeds])`` of one arm from its runs' stored evaluations."""
+    model = ARMS[label].model
+    ce = np.array([[row[f"{model}_ce"] if row.get(f"{model}_ce") is not None else np.nan
+                    for row in runs[label, s].result["rows"]] for s in seeds], dtype=float)
+    leak = np.array([runs[label, s].result["leak"][model] for s in seeds], dtype=float)
+    return ce, leak
+
+
+def bigram_floor(runs: dict, label: str, seed: int) -> np.ndarray:
+    """The bigram floor CE ``[lengths]`` stored with a run (its split's train and validation)."""
+    return np.array([row["bigram_ce"] for row in runs[label, seed].result["rows"]], dtype=float)
+
+
+def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_windows: int,
+                   device=None) -> np.ndarray:
+    """Per-position CE ``[length]`` of one model of a run (see :func:`position_ce`).
+
+    Stored in the run directory beside its evaluation, valid for the weights and the
+    code that computed it, so that the chapters that draw it and a rebuild reuse it.
+    """
+    if corpus.split != run.train_config.split:
+        raise ValueError(f"the corpus split {corpus.split!r} is not the run's "
+                         f"({run.train_config.split!r}); load_corpus(split=...) to match")
+    models, _ = run.load_weights(device or "cpu")
+    model = models[model_key]
+    if model is None:
+        raise ValueError(f"{run.path.name} did not train {model_key!r}")
+    ident = {"weights": weights_digest({model_key: model}),
+             "code": code_fingerprint() + code_fingerprint(("extrapolation",)),
+             "length": length, "windows": n_windows}
+    path = run.path / f"positions-{model_key}-{length}x{n_windows}.json"
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text())
+            if stored.get("ident") == ident:
+                return np.array(stored["ce"], dtype=float)
+        except ValueError:
+            pass                                     # unreadable: computed again below
+    ce = position_ce(model, corpus.val, length, n_windows, device=device).numpy()
+    with run_lock(run.path):
+        atomic_write_text(path, json.dumps({"ident": ident, "ce": ce.tolist()}))
+    return ce
+
+
+def position_curves(runs: dict, labels: Iterable[str], seeds: Iterable[int], corpus: dict,
+                    length: int, n_windows: int, device=None) -> dict[str, np.ndarray]:
+    """Mean over seeds of each arm's per-position CE, ``{label: [length]}``.
+
+    ``corpus``: ``{split: Corpus}`` holding each arm's split.
+    """
+    curves = {}
+    for label in labels:
+        arm = ARMS[label]
+        per_seed = [position_curve(runs[label, s], arm.model, corpus[arm.split], length,
+                                   n_windows, device) for s in seeds]
+        curves[label] = np.mean(per_seed, axis=0)
+    return curves
+
+
+def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest: int,
+                 eval_windows: int, device=None) -> tuple[dict, dict, dict]:
+    """Everything a results table needs, per arm: ``(ce, leak, curves)``.
+
+    ``ce[label]`` is ``[seeds, lengths]``: the stored evaluation at the shorter lengths and,
+    last, the mean of the per-position curve at ``longest`` (the same windows, so the same
+    number as the published protocol); ``leak[label]`` is ``[seeds]``; ``curves[label]`` is
+    ``[seeds, longest]``. ``seeds``: a list or a function of the label; ``corpus``:
+    ``{split: Corpus}``.
+    """
+    seeds_of = seeds if callable(seeds) else (lambda label, fixed=list(seeds): fixed)
+    ce, leak, curves = {}, {}, {}
+    for label in labels:
+        arm, split_corpus = ARMS[label], corpus[ARMS[label].split]
+        n = n_windows(len(split_corpus.val), longest, eval_windows)
+        curves[label] = np.array([position_curve(runs[label, s], arm.model, split_corpus, longest,
+                                                 n, device) for s in seeds_of(label)])
+        short, leak[label] = scores(runs, label, seeds_of(label))
+        ce[label] = np.concatenate([short, curves[label].mean(1, keepdims=True)], axis=1)
+    return ce, leak, curves
+
+
+def extrapolation_rows(runs: dict, labels: Iterable[str], seeds_of: Callable[[str], list],
+                       lengths: list, train_length: int) -> dict:
+    """The rows of ``results/extrapolation_<profile>.json``: mean over seeds per arm."""
+    rows = {}
+    for label in labels:
+        ce, leak = scores(runs, label, seeds_of(label))
+        rows[label] = {"train_length": int(train_length), "leak": float(np.max(leak)),
+                       "ce": {str(L): float(v) for L, v in zip(lengths, ce.mean(0))}}
+    return rows
+
+
+def write_part(folder: Path, name: str, rows: dict | None = None,
+               curves: dict | None = None) -> None:
+    """One notebook's share of the extrapolation artefacts, merged by the book runner.
+
+    ``rows`` go to ``<folder>/extrapolation/<name>.json``, ``curves`` ({label: [L]}) to
+    ``<folder>/extrapolation/<name>.csv`` (columns model, position, ce).
+    """
+    from .extrapolation import write_extrapolation_json, write_position_csv
+
+    part = Path(folder) / "extrapolation"
+    part.mkdir(parents=True, exist_ok=True)
+    if rows is not None:
+        write_extrapolation_json(part / f"{name}.json", rows)
+    if curves is not None:
+        write_position_csv(part / f"{name}.csv", curves)

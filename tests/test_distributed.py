@@ -1,0 +1,81 @@
+"""Data-parallel training under torchrun (issue 10): 2 gloo processes on the CPU give the
+per-step losses of one process with the same global batch; bad input, a killed rank and
+resuming under torchrun. Three launches of torchrun in all, to stay quick."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from catlib.cli import main
+from catlib.runs import open_run
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--d_model", "16", "--n_heads", "2", "--n_freq", "8", "--solver", "rk4-classic",
+        "--ode-steps", "1", "--train_steps", "5", "--batch", "4", "--seq", "16",
+        "--variant", "causal", "--eval_windows", "2", "--lengths", "16", "--no-progress",
+        "--checkpoint-every", "1", "--device", "cpu"]
+TIMEOUT = 20  # CATLIB_DDP_TIMEOUT of the launches
+
+
+def _torchrun(root, *extra, fault=None, timeout=240):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CATLIB_DDP_TIMEOUT": str(TIMEOUT),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("CATLIB_FAULT_RANK", None)
+    if fault:
+        env["CATLIB_FAULT_RANK"] = fault
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "catlib", "train", *TINY, "--run-dir", str(root), *extra]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return r, time.monotonic() - t0
+
+
+def _losses(run_dir: Path) -> list[tuple[float, float]]:
+    return [(m["loss"], m["base_loss"]) for m in open_run(run_dir).metrics() if m["kind"] == "train"]
+
+
+@pytest.fixture(autouse=True)
+def data(tiny_path, monkeypatch):
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+
+
+def test_bad_batch_is_refused_on_every_rank(tmp_path):
+    r, _ = _torchrun(tmp_path / "runs", "--batch", "5")
+    assert r.returncode != 0
+    msg = "--batch must be divisible by the 2 processes of torchrun"
+    assert r.stderr.count(msg) == 2, r.stderr[-3000:]   # the same line from both ranks
+    assert "exitcode  : 2" in r.stderr                   # each rank exits with status 2
+    assert not (tmp_path / "runs").exists()              # nothing written
+
+
+def test_two_ranks_match_one_process_kill_and_resume(tmp_path, capsys):
+    assert main(["train", *TINY, "--run-dir", str(tmp_path / "one")]) == 0
+    capsys.readouterr()
+    (one,) = (tmp_path / "one").iterdir()
+
+    # rank 1 is killed (SIGKILL) after step 2: the command fails, within the timeout
+    killed, seconds = _torchrun(tmp_path / "two", fault="1:2")
+    assert killed.returncode != 0, killed.stderr[-3000:]
+    assert "SIGKILL" in killed.stderr and "rank      : 1" in killed.stderr, killed.stderr[-3000:]
+    assert seconds < TIMEOUT + 60, seconds
+    (two,) = (tmp_path / "two").iterdir()
+    assert two.name == one.name                           # same config hash, whatever N
+    assert json.loads((two / "status.json").read_text())["status"] == "running"
+
+    # the same command resumes under torchrun and ends with the one-process losses
+    resumed, _ = _torchrun(tmp_path / "two")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming" in resumed.stdout and resumed.stdout.count("run: ") == 1  # rank 0 prints
+    assert json.loads((two / "config.json").read_text())["hash"] == \
+        json.loads((one / "config.json").read_text())["hash"]
+    assert json.loads((two / "env.json").read_text())["world_size"] == 2
+    assert json.loads((one / "env.json").read_text())["world_size"] == 1
+    assert json.loads((two / "status.json").read_text())["status"] == "finished"
+    a, b = _losses(one), _losses(two)
+    assert len(a) == len(b) == 5
+    for (cat1, base1), (cat2, base2) in zip(a, b):
+        assert abs(cat1 - cat2) < 1e-4 and abs(base1 - base2) < 1e-4, (a, b)

@@ -1,0 +1,87 @@
+"""The book's experiment rows: configs, shared runs, cached per-position curves, artefacts."""
+import json
+
+import numpy as np
+import pytest
+
+from catlib import book
+from catlib import experiment as ex
+from catlib.data import load_corpus
+from catlib.evaluate import cross_entropy
+from catlib.extrapolation import read_extrapolation_json, read_position_csv
+
+SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", steps=1, dropout=0.0)
+TRAIN = dict(train_steps=3, lr=4e-3, batch=2, seq=16)
+
+
+def test_configs_follow_the_row(tiny_path):
+    # Catches a row built with the wrong variant, split, trained models or dropout.
+    model, tc = ex.configs(ex.ARMS["published CAT"], SIZES, TRAIN, seed=2)
+    assert model.variant == "published" and model.dropout == 0.1      # the published rate
+    assert tc.split == "published" and tc.seed == 2 and tc.models == ("cat", "base")
+    model, tc = ex.configs(ex.ARMS["ALiBi baseline"], SIZES, TRAIN, seed=0)
+    assert model.baseline_positions == "alibi" and model.dropout == 0.0
+    assert tc.split == "90/10" and tc.models == ("base",)
+    model, _ = ex.configs(ex.ARMS["relative CAT"], SIZES, TRAIN, seed=0)
+    assert model.kernel == "relative" and model.resolved().causal
+    assert set(ex.HEADLINE) | set(ex.BEYOND) == set(ex.ARMS)
+
+
+@pytest.fixture
+def trained(tmp_path, tiny_path):
+    labels = ("causal CAT", "sinusoidal baseline", "RoPE baseline")
+    runs = ex.train_arms(labels, [0], SIZES, TRAIN, root=tmp_path, device="cpu",
+                         lengths=[16, 32], eval_windows=2, echo=None)
+    return runs, load_corpus(tiny_path, split="90/10")
+
+
+def test_rows_of_one_run_share_it_and_batches(trained):
+    # Catches training the causal CAT's run twice (once per row) or rows on other batches.
+    runs, _ = trained
+    assert runs["causal CAT", 0] is runs["sinusoidal baseline", 0]
+    assert runs["RoPE baseline", 0] is not runs["causal CAT", 0]
+    assert runs["RoPE baseline", 0].train_config.models == ("base",)
+    ce, leak = ex.scores(runs, "RoPE baseline", [0])
+    assert ce.shape == (1, 2) and np.isfinite(ce).all() and leak[0] < 1e-6
+
+
+def test_position_curve_is_cached_for_its_weights(trained, monkeypatch):
+    # Catches a curve that disagrees with the published-protocol CE, a cache that is not
+    # used, and a cache that survives a change of the weights it was computed for.
+    runs, corpus = trained
+    run = runs["causal CAT", 0]
+    curve = ex.position_curve(run, "cat", corpus, 32, 2)
+    cat, _ = run.load_models()
+    assert curve.mean() == pytest.approx(cross_entropy(cat, corpus.val, 32, eval_windows=2)["ce"],
+                                         abs=1e-9)
+    calls = []
+    monkeypatch.setattr(ex, "position_ce", lambda *a, **k: calls.append(1))
+    assert np.array_equal(ex.position_curve(run, "cat", corpus, 32, 2), curve) and not calls
+    stored = run.path / "positions-cat-32x2.json"
+    data = json.loads(stored.read_text())
+    data["ident"]["weights"] = "0" * 16                     # as if other weights were scored
+    stored.write_text(json.dumps(data))
+    with pytest.raises(AttributeError):                     # recomputed: reaches position_ce
+        ex.position_curve(run, "cat", corpus, 32, 2)
+    assert calls
+
+
+def test_position_curve_refuses_another_split(trained, tiny_path):
+    runs, _ = trained
+    with pytest.raises(ValueError, match="split"):
+        ex.position_curve(runs["causal CAT", 0], "cat", load_corpus(tiny_path), 32, 2)
+
+
+def test_parts_merge_into_labelled_results(tmp_path):
+    # Catches a runner that drops a notebook's share or writes results without their label.
+    rows = {"a CAT": {"train_length": 128, "leak": 0.0,
+                      "ce": {"128": 1.9, "512": 2.0, "1024": 2.1, "5000": 2.2}}}
+    generated = tmp_path / "book" / "_generated"
+    ex.write_part(generated, "06", rows=rows, curves={"a CAT": np.ones(8)})
+    ex.write_part(generated, "08", rows={"b CAT": rows["a CAT"]}, curves={"b CAT": np.zeros(8)})
+    written = book.publish_extrapolation(tmp_path, "cpu", {"commit": "abc", "device": "cpu"})
+    assert [p.name for p in written] == ["extrapolation_cpu.json", "position_ce_cpu.csv"]
+    assert set(read_extrapolation_json(written[0])) == {"a CAT", "b CAT"}
+    assert set(read_position_csv(written[1])) == {"a CAT", "b CAT"}
+    label = json.loads((tmp_path / "results" / "provenance_cpu.json").read_text())
+    assert label["commit"] == "abc" and label["artefacts"] == [p.name for p in written]
