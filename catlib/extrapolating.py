@@ -33,8 +33,8 @@ the quadrature of integral_0^i k v with log-width weights, normalised over the
 prefix (bins outside it have w = 0). Bin means are exact, so every token is read
 (the published rule reads at most 2Q tokens): token j gets the weight
 c_iq / w_iq = exp(k(u_q)) / Z_i, Z_i = sum_q w_iq exp(k(u_q)). The weights of
-query i depend on i and the kernel only, never on T, and those of the last 21
-tokens differ between queries only through Z_i.
+query i depend on i and the kernel only, never on T, and on every token that two
+queries both see at the same distances, they differ only through Z_i.
 Cost: O(T Q) time and memory for the plan (``weights [h, T, Q]``); the mixing
 itself is one dense ``[h, T, T]`` matmul up to ``dense_max`` tokens (BLAS-fast at
 training lengths), beyond it Q shifted multiply-adds over the prefix sums of the
@@ -88,8 +88,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import ContinuousAttention
-from .bases import BASIS_NAMES, basis
-from .config import PENALTIES, CATConfig
+from .bases import basis
+from .config import CATConfig
+from .kernel import check_kernel_args
 from .qk_attention import CausalBias, QKAttention
 from .quadrature import gauss_legendre
 
@@ -158,12 +159,7 @@ class SpectralKernel1D(nn.Module):
 
     def __init__(self, n_heads: int, n_freq: int, basis: str = "cosine", penalty: str = "exact"):
         super().__init__()
-        if not isinstance(n_freq, int) or n_freq < 1:
-            raise ValueError(f"n_freq must be an integer >= 1, got {n_freq!r}")
-        if basis not in BASIS_NAMES:
-            raise ValueError(f"basis must be one of {list(BASIS_NAMES)}, got {basis!r}")
-        if penalty not in PENALTIES:
-            raise ValueError(f"penalty must be one of {list(PENALTIES)}, got {penalty!r}")
+        check_kernel_args(n_freq, basis, penalty)
         self.n_freq, self.basis, self.penalty = n_freq, basis, penalty
         self.coeffs = nn.Parameter(0.01 * torch.randn(n_heads, n_freq))
         self.log_scale = nn.Parameter(torch.zeros(n_heads, 1))

@@ -89,6 +89,16 @@ def sobolev_penalty(coeffs: torch.Tensor, basis_name: str, kind: str) -> torch.T
     raise ValueError(f"penalty must be one of {list(PENALTIES)}, got {kind!r}")
 
 
+def check_kernel_args(n_freq, basis: str, penalty: str) -> None:
+    """Raise ``ValueError`` naming a bad ``n_freq``, ``basis`` or ``penalty`` of a kernel module."""
+    if not isinstance(n_freq, int) or n_freq < 1:
+        raise ValueError(f"n_freq must be an integer >= 1, got {n_freq!r}")
+    if basis not in BASIS_NAMES:
+        raise ValueError(f"basis must be one of {list(BASIS_NAMES)}, got {basis!r}")
+    if penalty not in PENALTIES:
+        raise ValueError(f"penalty must be one of {list(PENALTIES)}, got {penalty!r}")
+
+
 class Kernel2D(nn.Module):
     """One head's kernel. Parameters ``coeffs [n, n]`` (init 0.01 N(0,1)) and ``log_scale [1]`` (init 0).
 
@@ -100,12 +110,7 @@ class Kernel2D(nn.Module):
 
     def __init__(self, n_freq: int, basis: str = "fourier", penalty: str = "published"):
         super().__init__()
-        if not isinstance(n_freq, int) or n_freq < 1:
-            raise ValueError(f"n_freq must be an integer >= 1, got {n_freq!r}")
-        if basis not in BASIS_NAMES:
-            raise ValueError(f"basis must be one of {list(BASIS_NAMES)}, got {basis!r}")
-        if penalty not in PENALTIES:
-            raise ValueError(f"penalty must be one of {list(PENALTIES)}, got {penalty!r}")
+        check_kernel_args(n_freq, basis, penalty)
         self.n_freq, self.basis, self.penalty = n_freq, basis, penalty
         self.coeffs = nn.Parameter(0.01 * torch.randn(n_freq, n_freq))
         self.log_scale = nn.Parameter(torch.zeros(1))
