@@ -54,7 +54,7 @@ _EXPERIMENT: dict[str, dict] = {
                   eval_windows=4),
     "cpu": dict(d_model=128, n_heads=8, n_freq=32, blocks=1, solver="rk4-classic", solver_steps=1,
                 dropout=0.0, train_steps=500, lr=4e-3, batch=32, seq=128,
-                lengths=[128, 512, 1024, 5000], eval_windows=64),
+                lengths=[128, 512, 1024, 5000], eval_windows=32),
     "paper": dict(d_model=128, n_heads=8, n_freq=32, blocks=1, solver="rk4-classic", solver_steps=4,
                   dropout=0.1, train_steps=800, lr=3e-4, batch=32, seq=256,
                   lengths=[128, 512, 1024, 5000], eval_windows=256),
@@ -576,6 +576,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="cpu",
                         help=f"one of {list(PROFILES)} (default: cpu)")
     parser.add_argument("--device", default="auto", help=f"one of {list(DEVICES)} (default: auto)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="training runs at once on a CPU, each on one thread (default: "
+                             "$CATLIB_JOBS or the number of CPU cores); the numbers do not "
+                             "depend on it")
     parser.add_argument("--only", action="append", metavar="NAME",
                         help="run only this notebook (repeatable); the others keep their last execution")
     parser.add_argument("--no-build", action="store_true", help="execute only, do not build")
@@ -584,6 +588,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refs", action="store_true",
                         help="write nbval references to tests/nbval (no figures, report or build)")
     args = parser.parse_args(argv)
+    if args.jobs is not None:
+        if args.jobs < 1:
+            print(f"[book] error: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+            return 2
+        os.environ["CATLIB_JOBS"] = str(args.jobs)   # the notebooks' kernels inherit it
     try:
         root = find_root()
         if not args.build_only:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +122,8 @@ def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
             owners.setdefault(key, []).append((label, seed))
     if device.type == "cpu" and jobs > 1 and len(specs) > 1:
         context = multiprocessing.get_context("spawn")   # a clean interpreter: safe in kernels
-        with ProcessPoolExecutor(min(jobs, len(specs)), mp_context=context) as pool:
+        with ProcessPoolExecutor(min(jobs, len(specs)), mp_context=context,
+                                 initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
             for key, done in zip(specs, pool.map(_train_job, specs.values())):
                 _say(echo, owners[key], done)
     else:
@@ -139,6 +142,16 @@ def _say(echo, owners, done: dict) -> None:
     if echo:
         rows = ", ".join(f"{label} (seed {seed})" for label, seed in owners)
         echo(f"{rows}: {'reused' if done['reused'] else 'trained'} run {done['name']}")
+
+
+def _exit_with_parent(parent: int) -> None:
+    """In a worker: exit as soon as the process that started it is gone (a killed or
+    interrupted notebook), instead of training on and holding its run's lock."""
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _train_job(spec: dict) -> dict:

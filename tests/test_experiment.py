@@ -85,3 +85,59 @@ def test_parts_merge_into_labelled_results(tmp_path):
     assert set(read_position_csv(written[1])) == {"a CAT", "b CAT"}
     label = json.loads((tmp_path / "results" / "provenance_cpu.json").read_text())
     assert label["commit"] == "abc" and label["artefacts"] == [p.name for p in written]
+
+
+def test_parallel_runs_give_the_serial_numbers(tmp_path, tiny_path, monkeypatch):
+    # Catches a parallel runner whose runs differ from the serial ones (other thread count,
+    # other seeds, other hashes) or that loses a run's stored evaluation or curve.
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))        # the worker processes read it
+    labels = ("causal CAT", "RoPE baseline")
+    out = {}
+    for jobs in (1, 2):
+        runs = ex.train_arms(labels, [0], SIZES, TRAIN, root=tmp_path / f"jobs{jobs}", device="cpu",
+                             lengths=[16], eval_windows=2, curve_length=32, jobs=jobs, echo=None)
+        corpus = {"90/10": load_corpus(tiny_path, split="90/10")}
+        out[jobs] = ex.table_scores(runs, labels, [0], corpus, 32, 2)
+        out[jobs, "names"] = sorted(r.path.name for r in runs.values())
+    assert out[1, "names"] == out[2, "names"]                   # same configurations, same hashes
+    for part in range(3):
+        for label in labels:
+            assert np.array_equal(out[1][part][label], out[2][part][label]), (part, label)
+
+
+def test_workers_stop_when_the_notebook_is_killed(tmp_path, tiny_path):
+    # Catches parallel workers that train on after their notebook was killed: they would hold
+    # their runs' locks and the next build would be refused ("in use by pid ...").
+    import fcntl
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys; from catlib import experiment as ex; "
+        f"ex.train_arms(('RoPE baseline', 'ALiBi baseline'), [0], {SIZES!r}, "
+        "dict(train_steps=100000, lr=4e-3, batch=2, seq=16, checkpoint_every=1000), "
+        f"root={str(tmp_path)!r}, device='cpu', lengths=[16], eval_windows=2, jobs=2, echo=None)")
+    env = {**os.environ, "CATLIB_DATA": str(tiny_path), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("*/metrics.jsonl"))) < 2:     # both workers are training
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20
+    for lock in tmp_path.glob("*/lock"):
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, f"{lock} still held by a worker"
+                    time.sleep(0.2)
+        finally:
+            os.close(fd)
