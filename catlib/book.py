@@ -580,6 +580,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="training runs at once on a CPU, each on one thread (default: "
                              "$CATLIB_JOBS or the number of CPU cores); the numbers do not "
                              "depend on it")
+    parser.add_argument("--devices", default=None, metavar="LIST",
+                        help="GPUs to spread the independent runs over, e.g. cuda:0,cuda:1 "
+                             "(with --device cuda; one process per GPU)")
     parser.add_argument("--only", action="append", metavar="NAME",
                         help="run only this notebook (repeatable); the others keep their last execution")
     parser.add_argument("--no-build", action="store_true", help="execute only, do not build")
@@ -593,6 +596,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[book] error: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
             return 2
         os.environ["CATLIB_JOBS"] = str(args.jobs)   # the notebooks' kernels inherit it
+    if args.devices:
+        import torch
+        try:
+            listed = [torch.device(d.strip()) for d in args.devices.split(",") if d.strip()]
+        except RuntimeError as e:
+            print(f"[book] error: --devices {args.devices!r}: {e}", file=sys.stderr)
+            return 2
+        absent = [str(d) for d in listed if d.type != "cuda" or d.index is None
+                  or d.index >= torch.cuda.device_count()]
+        if absent:
+            print(f"[book] error: --devices: {absent} are not CUDA devices of this machine "
+                  f"({torch.cuda.device_count()} found); list them as cuda:0,cuda:1", file=sys.stderr)
+            return 2
+        os.environ["CATLIB_DEVICES"] = ",".join(str(d) for d in listed)
     try:
         root = find_root()
         if not args.build_only:

@@ -94,9 +94,22 @@ def default_jobs(device) -> int:
     return max(1, int(os.environ.get("CATLIB_JOBS") or 0) or os.cpu_count() or 1)
 
 
+def worker_devices(device, jobs: int | None = None, devices=None) -> list[str]:
+    """One entry per worker process: ``jobs`` (default :func:`default_jobs`) times "cpu" on
+    the CPU; on CUDA the ``devices`` given (default ``CATLIB_DEVICES``, comma-separated, e.g.
+    "cuda:0,cuda:1"), else the one device. A single entry means: train in this process."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return ["cpu"] * (jobs or default_jobs(device))
+    listed = devices or [d for d in os.environ.get("CATLIB_DEVICES", "").split(",") if d]
+    if device.type == "cuda" and listed:
+        return [str(torch.device(d)) for d in listed]
+    return [str(device)]
+
+
 def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
                root, device, lengths, eval_windows: int, curve_length: int | None = None,
-               jobs: int | None = None,
+               jobs: int | None = None, devices=None,
                echo: Callable[[str], None] | None = print) -> dict[tuple[str, int], Run]:
     """Train (or reuse) the run of every arm and seed, evaluated at ``lengths``.
 
@@ -104,28 +117,27 @@ def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
 
     With ``curve_length``, each trained model's per-position CE at that length is computed
     too (on at most ``eval_windows`` windows) and stored with its run (:func:`position_curve`).
-    On the CPU the runs are independent processes, ``jobs`` at a time (default
-    :func:`default_jobs`), each on one thread, so that the numbers do not depend on
-    ``jobs``. Returns ``{(label, seed): Run}``; arms that share a run share the Run object.
+    The runs are independent: on the CPU they train in parallel processes, ``jobs`` at a
+    time, each on one thread, so that the numbers do not depend on ``jobs``; on CUDA with
+    several ``devices``, one process per device takes every n-th run
+    (:func:`worker_devices`). Returns ``{(label, seed): Run}``; arms that share a run share
+    the Run object.
     """
     device = torch.device(device)
-    jobs = jobs or default_jobs(device)
+    slots = worker_devices(device, jobs, devices)
     seeds_of = seeds if callable(seeds) else (lambda label, fixed=list(seeds): fixed)
     specs, owners = {}, {}
     for label in arms:
         for seed in seeds_of(label):
             model, tc = configs(ARMS[label], sizes, train, seed)
             key = (json.dumps(model.resolved().to_dict(), sort_keys=True), json.dumps(tc.identity()))
-            specs.setdefault(key, dict(model=model.to_dict(), train=tc.to_dict(), root=str(root),
-                                       device=str(device), lengths=list(lengths),
-                                       eval_windows=eval_windows, curve_length=curve_length))
+            if key not in specs:
+                specs[key] = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root),
+                                  device=slots[len(specs) % len(slots)], lengths=list(lengths),
+                                  eval_windows=eval_windows, curve_length=curve_length)
             owners.setdefault(key, []).append((label, seed))
-    if device.type == "cpu" and jobs > 1 and len(specs) > 1:
-        context = multiprocessing.get_context("spawn")   # a clean interpreter: safe in kernels
-        with ProcessPoolExecutor(min(jobs, len(specs)), mp_context=context,
-                                 initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
-            for key, done in zip(specs, pool.map(_train_job, specs.values())):
-                _say(echo, owners[key], done)
+    if len(slots) > 1 and len(specs) > 1:
+        _in_workers(specs, owners, slots, echo)
     else:
         for key, spec in specs.items():
             _say(echo, owners[key], _train_job(spec))
@@ -136,6 +148,27 @@ def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
                         progress=False, echo=None)
         out.update({owner: run for owner in owners[key]})
     return out
+
+
+def _in_workers(specs: dict, owners: dict, slots: list[str], echo) -> None:
+    """Run the specs in worker processes: on the CPU a shared pool of len(slots) processes;
+    on GPUs one process per device, each taking the runs assigned to it, in order."""
+    context = multiprocessing.get_context("spawn")   # a clean interpreter: safe in kernels
+    start = dict(mp_context=context, initializer=_exit_with_parent, initargs=(os.getpid(),))
+    if slots[0] == "cpu":
+        pools = [ProcessPoolExecutor(min(len(slots), len(specs)), **start)]
+        pool_of = lambda spec: pools[0]                                  # noqa: E731
+    else:
+        by_device = {d: ProcessPoolExecutor(1, **start) for d in dict.fromkeys(slots)}
+        pools = list(by_device.values())
+        pool_of = lambda spec: by_device[spec["device"]]                 # noqa: E731
+    try:
+        futures = {key: pool_of(spec).submit(_train_job, spec) for key, spec in specs.items()}
+        for key, future in futures.items():
+            _say(echo, owners[key], future.result())
+    finally:
+        for pool in pools:
+            pool.shutdown(cancel_futures=True)
 
 
 def _say(echo, owners, done: dict) -> None:

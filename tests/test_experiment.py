@@ -141,3 +141,19 @@ def test_workers_stop_when_the_notebook_is_killed(tmp_path, tiny_path):
                     time.sleep(0.2)
         finally:
             os.close(fd)
+
+
+def test_worker_devices(monkeypatch):
+    # Catches a runner that ignores --jobs / --devices or spreads GPU runs over CPU workers.
+    monkeypatch.setenv("CATLIB_JOBS", "3")
+    assert ex.worker_devices("cpu") == ["cpu"] * 3
+    assert ex.worker_devices("cpu", jobs=1) == ["cpu"]
+    monkeypatch.setenv("CATLIB_DEVICES", "cuda:0,cuda:1")
+    assert ex.worker_devices("cuda") == ["cuda:0", "cuda:1"]
+    monkeypatch.delenv("CATLIB_DEVICES")
+    assert ex.worker_devices("cuda:1") == ["cuda:1"]
+
+
+def test_book_refuses_absent_gpus(capsys):
+    assert book.main(["--devices", "cuda:7", "--no-build", "--profile", "smoke"]) == 2
+    assert "not CUDA devices of this machine" in capsys.readouterr().err
