@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -268,6 +271,48 @@ def _failed_cell(err: Exception, executed: Path) -> str:
     return f"cell index {index - shift}" + (f" ({first[0][:60]!r})" if first else "")
 
 
+@contextlib.contextmanager
+def _stop_kernel_on_ctrl_c(interrupted: list):
+    """Ctrl-C while a notebook runs: kill the kernel (and its workers) at once, then let the
+    caller raise KeyboardInterrupt. The kernel runs in a session of its own, so a terminal's
+    Ctrl-C never reaches it, and papermill would otherwise wait for the running cell."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(*_):
+        interrupted.append(True)
+        children = _descendants(os.getpid())
+        if not children:
+            raise KeyboardInterrupt
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Process ids of every descendant of ``pid`` (from /proc; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
             timeout: float | None = None) -> float:
     """Run one notebook with papermill; return its wall time in seconds.
@@ -285,11 +330,15 @@ def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="catlib-book-") as staging:
         partial = Path(staging) / f"{name}.ipynb"
+        interrupted: list[bool] = []
         try:
-            pm.execute_notebook(str(source), str(partial), parameters=parameters,
-                                kernel_name="python3", cwd=str(output_dir), progress_bar=False,
-                                request_save_on_cell_execute=False, execution_timeout=timeout)
+            with _stop_kernel_on_ctrl_c(interrupted):
+                pm.execute_notebook(str(source), str(partial), parameters=parameters,
+                                    kernel_name="python3", cwd=str(output_dir), progress_bar=False,
+                                    request_save_on_cell_execute=False, execution_timeout=timeout)
         except Exception as err:  # noqa: BLE001 - every failure is reported the same way
+            if interrupted:
+                raise KeyboardInterrupt from None
             cause = (f"{err.ename}: {err.evalue}" if hasattr(err, "ename")
                      else f"{type(err).__name__}: {err}")
             saved = None
@@ -297,6 +346,8 @@ def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
                 shutil.move(str(partial), str(failed))
                 saved = failed
             raise NotebookFailed(name, _failed_cell(err, failed), cause.strip(), saved) from None
+        if interrupted:
+            raise KeyboardInterrupt
         # Same filesystem or not, the copy lands under a hidden name first, then one rename.
         landing = output_dir / f".{name}.landing.ipynb"
         show_parameters_once(partial, landing)
