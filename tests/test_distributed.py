@@ -47,8 +47,10 @@ def test_bad_batch_is_refused_on_every_rank(tmp_path):
     r, _ = _torchrun(tmp_path / "runs", "--batch", "5")
     assert r.returncode != 0
     msg = "--batch must be divisible by the 2 processes of torchrun"
-    assert r.stderr.count(msg) == 2, r.stderr[-3000:]   # the same line from both ranks
-    assert "exitcode  : 2" in r.stderr                   # each rank exits with status 2
+    # Each rank checks before anything else; torchrun may stop the slower rank (SIGTERM)
+    # as soon as the first one exits, so at least one line, and an exit status 2.
+    assert r.stderr.count(msg) >= 1, r.stderr[-3000:]
+    assert "exitcode  : 2" in r.stderr
     assert not (tmp_path / "runs").exists()              # nothing written
 
 
