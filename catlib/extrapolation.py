@@ -17,8 +17,6 @@ import csv
 import io
 import json
 import math
-import os
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from . import evaluate
+from .runs import atomic_write_text
 
 SUMMARY_LENGTHS = ("128", "512", "1024", "5000")
 
@@ -105,25 +104,6 @@ def plot_position_curves(ax, curves: dict, train_length: int | None = None,
 
 # --------------------------------------------------------------- artefacts
 
-def _atomic_write_text(path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``.
-
-    The temporary file is opened normally (mode 0666 minus the umask, unlike mkstemp's
-    0600), so the artefact is as readable as any file the user writes.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def write_position_csv(path, curves: dict) -> None:
     """CSV ``model,position,ce``: one row per model and position 0..L-1, full precision.
 
@@ -142,7 +122,7 @@ def write_position_csv(path, curves: dict) -> None:
             raise ValueError(f"curve {name!r} must be a non-empty 1-D array of finite numbers")
         for p, v in enumerate(ce.tolist()):
             w.writerow([name, p, repr(v)])   # repr round-trips a float64 exactly
-    _atomic_write_text(path, out.getvalue())
+    atomic_write_text(path, out.getvalue())
 
 
 def read_position_csv(path) -> dict[str, np.ndarray]:
@@ -203,7 +183,7 @@ def write_extrapolation_json(path, rows: dict) -> None:
     """Validate the summary ``rows`` (see :func:`validate_extrapolation_rows`) and write
     them as JSON, atomically."""
     validate_extrapolation_rows(rows)
-    _atomic_write_text(path, json.dumps(rows, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, json.dumps(rows, indent=2, sort_keys=True) + "\n")
 
 
 def read_extrapolation_json(path) -> dict:
