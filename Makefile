@@ -45,7 +45,7 @@ nbval-refs: venv
 # Headless Chromium loads built pages: math typeset, figures loaded (skipped, with a
 # message, where /usr/bin/chromium is absent).
 browser: venv
-	$(PY) -m pytest -q -rs tests/test_book.py -k "browser or mathjax"
+	$(PY) -m pytest -q -rs tests/test_book.py -k "browser or mathjax or fits"
 
 test: unit nbval book-smoke browser
 

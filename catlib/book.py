@@ -390,10 +390,12 @@ def show_parameters_once(executed: Path, dest: Path) -> None:
 def run(profile: str, device: str = "auto", only: Iterable[str] | None = None, *,
         root: Path | None = None, output_dir: Path | None = None,
         figure_dir: str | None = FIGURE_DIR, profiles: dict | None = None,
-        report: bool = True, log=print) -> list[Record]:
+        report: bool = True, train_first: bool = True, log=print) -> list[Record]:
     """Execute the notebooks of ``profile`` (or just ``only``) on ``device``.
 
-    Returns one :class:`Record` per executed notebook; raises :class:`BookError`
+    With ``train_first``, the training runs of the experiment chapters go first, in one
+    pool (:func:`train_runs_first`). Returns one :class:`Record` per executed notebook
+    (and one for that stage); raises :class:`BookError`
     on bad input and :class:`NotebookFailed` when a notebook raises. With
     ``report``, ``book/_generated/run_report.{json,md}`` are updated after every
     notebook (a failure is recorded too).
@@ -417,9 +419,20 @@ def run(profile: str, device: str = "auto", only: Iterable[str] | None = None, *
     # threads slow small torch operations down 10-50x. Kernels inherit this.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     records = []
+    params_of = {name: {**profiles[profile][name], "device": dev, "profile": profile,
+                        "figure_dir": figure_dir or ""} for name in selected}
+    if train_first:
+        start = time.perf_counter()
+        if train_runs_first({n: {**notebook_parameters(source_dir / f"{n}.ipynb"), **p}
+                             for n, p in params_of.items()}, root, dev, log):
+            record = Record(TRAINING_STAGE, profile, dev,
+                            round(time.perf_counter() - start, 1), "ok", _now())
+            log(f"[book] {TRAINING_STAGE}: {record.seconds:.1f} s", flush=True)
+            records.append(record)
+            if report:
+                _update_report(root, [record])
     for name in selected:
-        params = {**profiles[profile][name], "device": dev, "profile": profile,
-                  "figure_dir": figure_dir or ""}
+        params = params_of[name]
         log(f"[book] {name}: profile {profile}, device {dev} ...", flush=True)
         try:
             seconds = execute(name, params, source_dir, output_dir)
@@ -433,6 +446,68 @@ def run(profile: str, device: str = "auto", only: Iterable[str] | None = None, *
         if report:
             _update_report(root, [record])
     return records
+
+
+TRAINING_STAGE = "training runs of 05, 06 and 08"
+# What the experiment chapters train: {notebook: rows}; 06 trains its published rows for
+# ``published_seeds``, every other row for ``seeds`` (05: ``seed``).
+_CHAPTER_ROWS = {
+    "05_training": ("published CAT", "causal CAT"),
+    "06_context_length": ("published CAT", "published baseline", "causal CAT",
+                          "sinusoidal baseline", "RoPE baseline", "ALiBi baseline"),
+    "08_beyond": ("relative CAT", "content-aware CAT", "causal CAT", "sinusoidal baseline",
+                  "RoPE baseline", "ALiBi baseline"),
+}
+_SHARED = ("d_model", "n_heads", "n_freq", "blocks", "solver", "solver_steps", "dropout",
+           "train_steps", "lr", "batch", "seq", "lengths", "eval_windows")
+
+
+def train_runs_first(params: dict[str, dict], root: Path, device: str, log=print) -> bool:
+    """Train every run the selected experiment chapters (05, 06, 08) will ask for, in one
+    pool of workers, before they execute; they then reuse the runs, with their stored
+    evaluations, per-position curves and dropout-on tables.
+
+    One pool for all of them keeps every core busy to the end, where a pool per chapter
+    ends with one worker idle behind its longest run. Only time depends on this: a chapter
+    trains whatever it misses itself. ``params``: each selected notebook's parameters.
+    Returns False (nothing done) when no such chapter is selected, or when their shared
+    sizes and settings differ (then each chapter trains its own).
+    """
+    from . import experiment as ex
+
+    chosen = {n: p for n, p in params.items() if n in _CHAPTER_ROWS}
+    if not chosen:
+        return False
+    first = next(iter(chosen.values()))
+    if any(p.get(k) != first.get(k) for p in chosen.values() for k in _SHARED):
+        log("[book] the experiment chapters differ in their shared settings: each trains its own runs")
+        return False
+    seeds: dict[str, set] = {}
+    for name, p in chosen.items():
+        for label in _CHAPTER_ROWS[name]:
+            published = ex.ARMS[label].variant == "published"
+            own = ([p["seed"]] if name == "05_training" else
+                   p["published_seeds"] if published and name == "06_context_length" else p["seeds"])
+            seeds.setdefault(label, set()).update(own)
+    train = dict(train_steps=first["train_steps"], lr=first["lr"], batch=first["batch"],
+                 seq=first["seq"])
+    if "05_training" in chosen:      # its plots read the validation lines of its runs
+        train.update(val_every=chosen["05_training"]["val_every"],
+                     val_windows=chosen["05_training"]["val_windows"])
+    sizes = dict(d_model=first["d_model"], n_heads=first["n_heads"], n_freq=first["n_freq"],
+                 blocks=first["blocks"], solver=first["solver"], steps=first["solver_steps"],
+                 dropout=first["dropout"])
+    lengths = list(first["lengths"])
+    protocol = chosen.get("06_context_length", {}).get("published_protocol", False)
+    n_runs = sum(len(v) for v in seeds.values())
+    log(f"[book] {TRAINING_STAGE}: {len(seeds)} rows, {n_runs} row-seed pairs, one pool ...",
+        flush=True)
+    ex.train_arms(list(seeds), lambda label: sorted(seeds[label]), sizes, train,
+                  root=root / "runs" / f"book-{first['profile']}",
+                  device=device, lengths=lengths[:-1], eval_windows=first["eval_windows"],
+                  curve_length=lengths[-1], dropout_on=lengths if protocol else None,
+                  echo=lambda line: log(f"[book]   {line}", flush=True))
+    return True
 
 
 def save_figure(fig, name: str, figure_dir: str, root: Path | None = None) -> Path | None:
@@ -502,16 +577,17 @@ def render_report(data: dict, root: Path) -> str:
     except BookError:
         order = []
     rows = sorted(data["notebooks"].values(),
-                  key=lambda r: (order.index(r["notebook"]) if r["notebook"] in order else 99,
+                  key=lambda r: (order.index(r["notebook"]) if r["notebook"] in order else -1,
                                  r["notebook"]))
     lines = ["| notebook | profile | device | run time (s) | status | finished |",
              "|---|---|---|---:|---|---|"]
     for r in rows:
         secs = "" if r["seconds"] != r["seconds"] else f"{r['seconds']:.1f}"
-        lines.append(f"| `{r['notebook']}` | {r['profile']} | {r['device']} | {secs} | "
+        name = r["notebook"] if r["notebook"] == TRAINING_STAGE else f"`{r['notebook']}`"
+        lines.append(f"| {name} | {r['profile']} | {r['device']} | {secs} | "
                      f"{r['status']} | {r['finished']} |")
     total = sum(r["seconds"] for r in rows if r["seconds"] == r["seconds"])
-    lines += ["", f"Total notebook run time: {total:.0f} s.", ""]
+    lines += ["", f"Total run time: {total:.0f} s.", ""]
     env = data["environment"]
     commit = env["git_commit"] or "unknown (not a git checkout)"
     if env["git_dirty"]:

@@ -26,7 +26,7 @@ import torch
 
 from .config import CATConfig
 from .data import Corpus, load_corpus
-from .evaluate import n_windows
+from .evaluate import context_table, n_windows
 from .extrapolation import position_ce
 from .provenance import code_fingerprint
 from .runs import Run, atomic_write_text, run_lock, train_run, weights_digest
@@ -109,7 +109,7 @@ def worker_devices(device, jobs: int | None = None, devices=None) -> list[str]:
 
 def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
                root, device, lengths, eval_windows: int, curve_length: int | None = None,
-               jobs: int | None = None, devices=None,
+               dropout_on: list | None = None, jobs: int | None = None, devices=None,
                echo: Callable[[str], None] | None = print) -> dict[tuple[str, int], Run]:
     """Train (or reuse) the run of every arm and seed, evaluated at ``lengths``.
 
@@ -117,11 +117,13 @@ def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
 
     With ``curve_length``, each trained model's per-position CE at that length is computed
     too (on at most ``eval_windows`` windows) and stored with its run (:func:`position_curve`).
+    With ``dropout_on`` (lengths), the runs of arms that keep the published dropout are also
+    scored by the published protocol, dropout on, at those lengths (:func:`dropout_on_rows`).
     The runs are independent: on the CPU they train in parallel processes, ``jobs`` at a
     time, each on one thread, so that the numbers do not depend on ``jobs``; on CUDA with
     several ``devices``, one process per device takes every n-th run
-    (:func:`worker_devices`). Returns ``{(label, seed): Run}``; arms that share a run share
-    the Run object.
+    (:func:`worker_devices`). The costliest jobs start first. Returns
+    ``{(label, seed): Run}``; arms that share a run share the Run object.
     """
     device = torch.device(device)
     slots = worker_devices(device, jobs, devices)
@@ -129,13 +131,19 @@ def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
     specs, owners = {}, {}
     for label in arms:
         for seed in seeds_of(label):
-            model, tc = configs(ARMS[label], sizes, train, seed)
+            arm = ARMS[label]
+            model, tc = configs(arm, sizes, train, seed)
             key = (json.dumps(model.resolved().to_dict(), sort_keys=True), json.dumps(tc.identity()))
             if key not in specs:
                 specs[key] = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root),
-                                  device=slots[len(specs) % len(slots)], lengths=list(lengths),
-                                  eval_windows=eval_windows, curve_length=curve_length)
+                                  lengths=list(lengths), eval_windows=eval_windows,
+                                  curve_length=curve_length,
+                                  dropout_on=list(dropout_on or []) if arm.published_dropout else [])
             owners.setdefault(key, []).append((label, seed))
+    # Longest first, so that no worker is left with a long job at the end (wall time only).
+    specs = dict(sorted(specs.items(), key=lambda item: -_expected_cost(item[1])))
+    for i, spec in enumerate(specs.values()):
+        spec["device"] = slots[i % len(slots)]
     if len(slots) > 1 and len(specs) > 1:
         _in_workers(specs, owners, slots, echo)
     else:
@@ -197,14 +205,33 @@ def _train_job(spec: dict) -> dict:
         run = train_run(CATConfig.from_dict(spec["model"]), tc, root=spec["root"],
                         device=spec["device"], lengths=spec["lengths"],
                         eval_windows=spec["eval_windows"], progress=False, echo=None)
+        corpus = load_corpus(split=tc.split)
         if spec["curve_length"]:
-            corpus = load_corpus(split=tc.split)
             n = n_windows(len(corpus.val), spec["curve_length"], spec["eval_windows"])
             for model_key in tc.models:
                 position_curve(run, model_key, corpus, spec["curve_length"], n, spec["device"])
+        if spec["dropout_on"]:
+            dropout_on_rows(run, corpus, spec["dropout_on"], spec["eval_windows"], spec["device"])
         return {"name": run.path.name, "reused": run.reused}
     finally:
         torch.set_num_threads(threads)
+
+
+# Seconds per training step on one CPU thread at the cpu profile's sizes, measured: CAT with
+# the absolute, relative and content kernels about 0.23, 0.20 and 0.38 (with the published
+# dropout, as CAT and baseline together, 0.42); a baseline about 0.05 to 0.10. The dropout-on
+# evaluation of a published run costs about as much as training it. Only the order of the
+# jobs depends on these, never a number.
+_STEP_COST = {"absolute": 0.23, "relative": 0.20, "content": 0.38}
+_BASE_STEP_COST = 0.08
+
+
+def _expected_cost(spec: dict) -> float:
+    """A rough estimate of a job's seconds, to start the longest first."""
+    model, steps = spec["model"], spec["train"]["train_steps"]
+    per_step = sum(_STEP_COST.get(model.get("kernel", "absolute"), 0.3) if m == "cat"
+                   else _BASE_STEP_COST for m in spec["train"]["models"])
+    return steps * per_step * (2.0 if spec["dropout_on"] else 1.0)
 
 
 def scores(runs: dict, label: str, seeds: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -238,18 +265,45 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
     ident = {"weights": weights_digest({model_key: model}),
              "code": code_fingerprint() + code_fingerprint(("extrapolation",)),
              "length": length, "windows": n_windows}
-    path = run.path / f"positions-{model_key}-{length}x{n_windows}.json"
+    ce = _stored_with_run(run, f"positions-{model_key}-{length}x{n_windows}.json", ident,
+                          lambda: position_ce(model, corpus.val, length, n_windows,
+                                              device=device).tolist())
+    return np.array(ce, dtype=float)
+
+
+def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
+                    device=None) -> list[dict]:
+    """The published protocol's table of a run: :func:`~catlib.evaluate.context_table` of
+    both its models with dropout on (the published script never calls ``eval()``), the
+    masks seeded by the run's seed. Stored in the run directory like :func:`position_curve`.
+    """
+    if corpus.split != run.train_config.split:
+        raise ValueError(f"the corpus split {corpus.split!r} is not the run's "
+                         f"({run.train_config.split!r}); load_corpus(split=...) to match")
+    models, _ = run.load_weights(device or "cpu")
+    seed = run.train_config.seed
+    ident = {"weights": weights_digest(models), "code": code_fingerprint(),
+             "lengths": list(lengths), "windows": eval_windows, "seed": seed}
+    return _stored_with_run(run, "eval-dropout-on.json", ident, lambda: context_table(
+        models["cat"], models["base"], corpus.val, lengths, eval_windows,
+        dropout_in_eval=True, device=device, seed=seed))
+
+
+def _stored_with_run(run: Run, name: str, ident: dict, compute: Callable[[], object]):
+    """The value stored as ``name`` in the run directory if it was computed for ``ident``
+    (weights, code, settings); else ``compute()``, stored atomically, then returned."""
+    path = run.path / name
     if path.exists():
         try:
             stored = json.loads(path.read_text())
             if stored.get("ident") == ident:
-                return np.array(stored["ce"], dtype=float)
+                return stored["value"]
         except ValueError:
             pass                                     # unreadable: computed again below
-    ce = position_ce(model, corpus.val, length, n_windows, device=device).numpy()
+    value = compute()
     with run_lock(run.path):
-        atomic_write_text(path, json.dumps({"ident": ident, "ce": ce.tolist()}))
-    return ce
+        atomic_write_text(path, json.dumps({"ident": ident, "value": value}))
+    return value
 
 
 def position_curves(runs: dict, labels: Iterable[str], seeds: Iterable[int], corpus: dict,

@@ -1,4 +1,5 @@
 """The RoPE and ALiBi baselines, QKAttention and the baseline_positions field."""
+import dataclasses
 import math
 
 import pytest
@@ -247,3 +248,29 @@ def test_gradient_reaches_the_bias_below_the_diagonal_only(monkeypatch):
     lower = torch.ones(12, 12, dtype=torch.bool).tril(-1)
     assert (bias.grad[:, lower] != 0).all()
     assert (bias.grad[:, torch.ones(12, 12, dtype=torch.bool).triu(1)] == 0).all()
+
+
+def test_sinusoidal_evaluation_skips_the_fast_path_and_restores_it():
+    # Catches an evaluation that changes the numbers when it takes the fused causal kernel
+    # instead of nn.TransformerEncoder's fast path, or that leaves the global switch off.
+    base = _baseline("sinusoidal", dropout=0.0).eval()
+    x = torch.randint(65, (2, 48), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        fused = base(x)[0]
+        assert torch.backends.mha.get_fastpath_enabled()
+        base.config = dataclasses.replace(base.config, causal=False)   # the fast path, masked by hand
+        mask = nn.Transformer.generate_square_subsequent_mask(48)
+        h = base.enc(base.embed(x) + catlib.baselines.sinusoidal_positions(48, 32), mask=mask)
+        reference = base.proj(h)
+    assert torch.allclose(fused, reference, atol=1e-5), (fused - reference).abs().max()
+
+
+def test_alibi_prepared_once_matches_the_masked_bias(monkeypatch):
+    # Catches the prepared ALiBi bias differing from masking the bias on every call.
+    base = _baseline("alibi", dropout=0.0).eval()
+    x = torch.randint(65, (2, 40), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        prepared = base(x)[0]
+        monkeypatch.setattr(catlib.baselines, "CausalBias", lambda bias: bias)   # plain tensor
+        masked_per_call = base(x)[0]
+    assert torch.allclose(prepared, masked_per_call, atol=1e-5)

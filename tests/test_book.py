@@ -220,7 +220,17 @@ window.addEventListener('load', function () {
              images: imgs.length,
              loaded: imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length,
              broken: imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); })
-                         .map(function (i) { return i.getAttribute('src'); })};
+                         .map(function (i) { return i.getAttribute('src'); }),
+             pageScrolls: document.documentElement.scrollWidth > window.innerWidth,
+             wide: []};
+    var column = document.querySelector('main').getBoundingClientRect();
+    document.querySelectorAll('main table, main pre, main img').forEach(function (el) {
+      if (!el.offsetParent) { return; }                    // in a collapsed cell
+      var box = el.tagName === 'TABLE' ? el.parentElement : el;
+      if (box.scrollWidth > box.clientWidth + 1 || el.getBoundingClientRect().right > column.right + 1) {
+        r.wide.push(el.tagName + ': ' + (el.innerText || el.src || '').slice(0, 60));
+      }
+    });
     var pre = document.createElement('pre');
     pre.id = 'cat-probe';
     pre.textContent = JSON.stringify(r);
@@ -244,7 +254,7 @@ def _probe(page: Path) -> dict:
     cmd = ["timeout", "90", str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
            "--disable-quic", "--no-first-run", "--disable-background-networking",
            "--disable-component-update", "--disable-sync", f"--user-data-dir={profile_dir}",
-           "--virtual-time-budget=15000", "--dump-dom", page.as_uri()]
+           "--window-size=1280,900", "--virtual-time-budget=15000", "--dump-dom", page.as_uri()]
     dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
     found = re.search(r"<pre id=\"cat-probe\"[^>]*>(.*?)</pre>", dom, re.S)
     assert found, f"the probe did not report; Chromium printed {len(dom)} characters of DOM"
@@ -264,6 +274,31 @@ def test_browser_typesets_math_and_loads_figures(page, tmp_path):
     assert report["mathjax"], "MathJax did not start (is sphinx-mathjax-offline bundling it?)"
     assert report["math"] >= 5 and report["typeset"] == report["math"], report
     assert report["images"] >= 2 and report["loaded"] == report["images"], report
+
+
+def test_every_page_fits_1280_px(tmp_path):
+    # Catches a table, code box or figure wider than the content column at 1,280 px (it
+    # would scroll sideways or be cut off), papermill's injected cell shown, and a path of
+    # the machine that built the page.
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is absent: the real-browser check needs Chromium; skipped")
+    if not (HTML / "book" / "intro.html").exists():
+        pytest.skip("the book is not built: run `make book-smoke` (or `make book`) first")
+    site = tmp_path / "html"
+    shutil.copytree(HTML, site)
+    pages = sorted((site / "book").glob("*.html")) + sorted((site / "book" / "notebooks").glob("*.html"))
+    assert len(pages) >= 10
+    problems = {}
+    for page in pages:
+        text = page.read_text()
+        shown = re.sub(r"<[^>]+>", " ", text)
+        injected = re.search(r'class="[^"]*tag_injected-parameters', text)
+        paths = re.findall(r"(?:/tmp|/work|/root|/home)/[\w.-]+/", shown)
+        report = _probe(page)
+        if report["pageScrolls"] or report["wide"] or injected or paths:
+            problems[page.name] = dict(scrolls=report["pageScrolls"], wide=report["wide"],
+                                       injected=bool(injected), paths=paths[:3])
+    assert not problems, problems
 
 
 def test_mathjax_is_served_locally():

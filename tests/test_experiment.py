@@ -7,7 +7,7 @@ import pytest
 from catlib import book
 from catlib import experiment as ex
 from catlib.data import load_corpus
-from catlib.evaluate import cross_entropy
+from catlib.evaluate import context_table, cross_entropy
 from catlib.extrapolation import read_extrapolation_json, read_position_csv
 
 SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", steps=1, dropout=0.0)
@@ -157,3 +157,76 @@ def test_worker_devices(monkeypatch):
 def test_book_refuses_absent_gpus(capsys):
     assert book.main(["--devices", "cuda:7", "--no-build", "--profile", "smoke"]) == 2
     assert "not CUDA devices of this machine" in capsys.readouterr().err
+
+
+def test_dropout_on_rows_are_the_published_protocol_and_stored(tmp_path, tiny_path, monkeypatch):
+    # Catches a stored dropout-on table that differs from evaluating with dropout on, one
+    # that is not reused, or one reused for other weights.
+    runs = ex.train_arms(["published CAT"], [1], SIZES, TRAIN, root=tmp_path, device="cpu",
+                         lengths=[16], eval_windows=2, dropout_on=[16, 32], echo=None)
+    run, corpus = runs["published CAT", 1], load_corpus(tiny_path, split="published")
+    assert (run.path / "eval-dropout-on.json").exists()           # computed by the job itself
+    rows = ex.dropout_on_rows(run, corpus, [16, 32], 2)
+    cat, base = run.load_models()
+    again = context_table(cat, base, corpus.val, [16, 32], 2, dropout_in_eval=True, seed=1)
+    assert [r["cat_ce"] for r in rows] == [r["cat_ce"] for r in again]
+    assert [r["base_ce"] for r in rows] == [r["base_ce"] for r in again]
+    plain = context_table(cat, base, corpus.val, [16, 32], 2)
+    assert rows[0]["cat_ce"] != plain[0]["cat_ce"]                # dropout really was on
+    monkeypatch.setattr(ex, "context_table", None)                 # reused: never called
+    assert ex.dropout_on_rows(run, corpus, [16, 32], 2) == rows
+    stored = run.path / "eval-dropout-on.json"
+    data = json.loads(stored.read_text())
+    data["ident"]["weights"] = "0" * 16
+    stored.write_text(json.dumps(data))
+    with pytest.raises(TypeError):                                 # recomputed: reaches it
+        ex.dropout_on_rows(run, corpus, [16, 32], 2)
+
+
+def test_costliest_jobs_start_first():
+    # Catches the published run (training plus its dropout-on evaluation) queued behind
+    # the cheap baseline runs, which leaves one worker idle at the end of a pool.
+    spec = lambda kernel, models, dropout_on=(): dict(                     # noqa: E731
+        model={"kernel": kernel}, train={"train_steps": 500, "models": models},
+        dropout_on=list(dropout_on))
+    costs = [ex._expected_cost(spec("absolute", ["cat", "base"], [128])),
+             ex._expected_cost(spec("content", ["cat"])),
+             ex._expected_cost(spec("absolute", ["cat", "base"])),
+             ex._expected_cost(spec("relative", ["cat"])),
+             ex._expected_cost(spec("absolute", ["base"]))]
+    assert costs == sorted(costs, reverse=True)
+
+
+def test_book_trains_the_chapters_runs_first(tmp_path, tiny_path, monkeypatch):
+    # Catches a first training stage that trains other runs than the chapters ask for
+    # (they would train again) or misses the stored curves and dropout-on tables.
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    shared = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic",
+                  solver_steps=1, dropout=0.0, train_steps=3, lr=4e-3, batch=2, seq=16,
+                  lengths=[16, 32], eval_windows=2, profile="t")
+    params = {"05_training": dict(shared, seed=1, val_every=2, val_windows=1),
+              "06_context_length": dict(shared, seeds=[0, 1], published_seeds=[1],
+                                        published_protocol=True)}
+    assert book.train_runs_first(params, tmp_path, "cpu", log=lambda *a, **k: None)
+    sizes = dict(SIZES)
+    said = []
+    runs = ex.train_arms(ex.HEADLINE, lambda l: [1] if "published" in l else [0, 1], sizes,
+                         dict(TRAIN), root=tmp_path / "runs" / "book-t", device="cpu",
+                         lengths=[16], eval_windows=2, curve_length=32, dropout_on=[16, 32],
+                         echo=said.append)
+    assert said and all("reused" in line for line in said), said
+    assert [m for m in runs["causal CAT", 1].metrics() if m["kind"] == "val"]   # 05's validation
+    monkeypatch.setattr(ex, "position_ce", None)
+    monkeypatch.setattr(ex, "context_table", None)
+    corpus = {s: load_corpus(tiny_path, split=s) for s in ("published", "90/10")}
+    ex.table_scores(runs, ex.HEADLINE, lambda l: [1] if "published" in l else [0, 1], corpus, 32, 2)
+    ex.dropout_on_rows(runs["published CAT", 1], corpus["published"], [16, 32], 2)
+    assert not book.train_runs_first({"07_audit": {}}, tmp_path, "cpu")
+
+
+def test_book_leaves_chapters_with_other_settings_to_train_their_own(tmp_path):
+    shared = dict(d_model=16, lr=4e-3, seeds=[0], seed=0, profile="t")
+    params = {"05_training": shared, "08_beyond": dict(shared, lr=1e-3)}
+    said = []
+    assert not book.train_runs_first(params, tmp_path, "cpu", log=said.append)
+    assert "differ" in said[0] and not (tmp_path / "runs").exists()
