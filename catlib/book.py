@@ -423,11 +423,13 @@ def run(profile: str, device: str = "auto", only: Iterable[str] | None = None, *
                         "figure_dir": figure_dir or ""} for name in selected}
     if train_first:
         start = time.perf_counter()
-        if train_runs_first({n: {**notebook_parameters(source_dir / f"{n}.ipynb"), **p}
-                             for n, p in params_of.items()}, root, dev, log):
+        done = train_runs_first({n: {**notebook_parameters(source_dir / f"{n}.ipynb"), **p}
+                                 for n, p in params_of.items()}, root, dev, log)
+        if done:
+            status = f"ok: {done['trained']} runs trained, {done['reused']} reused"
             record = Record(TRAINING_STAGE, profile, dev,
-                            round(time.perf_counter() - start, 1), "ok", _now())
-            log(f"[book] {TRAINING_STAGE}: {record.seconds:.1f} s", flush=True)
+                            round(time.perf_counter() - start, 1), status, _now())
+            log(f"[book] {TRAINING_STAGE}: {record.seconds:.1f} s ({status})", flush=True)
             records.append(record)
             if report:
                 _update_report(root, [record])
@@ -462,7 +464,8 @@ _SHARED = ("d_model", "n_heads", "n_freq", "blocks", "solver", "solver_steps", "
            "train_steps", "lr", "batch", "seq", "lengths", "eval_windows")
 
 
-def train_runs_first(params: dict[str, dict], root: Path, device: str, log=print) -> bool:
+def train_runs_first(params: dict[str, dict], root: Path, device: str,
+                     log=print) -> dict | None:
     """Train every run the selected experiment chapters (05, 06, 08) will ask for, in one
     pool of workers, before they execute; they then reuse the runs, with their stored
     evaluations, per-position curves and dropout-on tables.
@@ -470,18 +473,19 @@ def train_runs_first(params: dict[str, dict], root: Path, device: str, log=print
     One pool for all of them keeps every core busy to the end, where a pool per chapter
     ends with one worker idle behind its longest run. Only time depends on this: a chapter
     trains whatever it misses itself. ``params``: each selected notebook's parameters.
-    Returns False (nothing done) when no such chapter is selected, or when their shared
-    sizes and settings differ (then each chapter trains its own).
+    Returns ``{"trained": n, "reused": m}`` (runs), or None (nothing done) when no such
+    chapter is selected, or when their shared sizes and settings differ (then each chapter
+    trains its own).
     """
     from . import experiment as ex
 
     chosen = {n: p for n, p in params.items() if n in _CHAPTER_ROWS}
     if not chosen:
-        return False
+        return None
     first = next(iter(chosen.values()))
     if any(p.get(k) != first.get(k) for p in chosen.values() for k in _SHARED):
         log("[book] the experiment chapters differ in their shared settings: each trains its own runs")
-        return False
+        return None
     seeds: dict[str, set] = {}
     for name, p in chosen.items():
         for label in _CHAPTER_ROWS[name]:
@@ -499,15 +503,16 @@ def train_runs_first(params: dict[str, dict], root: Path, device: str, log=print
                  dropout=first["dropout"])
     lengths = list(first["lengths"])
     protocol = chosen.get("06_context_length", {}).get("published_protocol", False)
-    n_runs = sum(len(v) for v in seeds.values())
+    n_runs, said = sum(len(v) for v in seeds.values()), []
     log(f"[book] {TRAINING_STAGE}: {len(seeds)} rows, {n_runs} row-seed pairs, one pool ...",
         flush=True)
     ex.train_arms(list(seeds), lambda label: sorted(seeds[label]), sizes, train,
                   root=root / "runs" / f"book-{first['profile']}",
                   device=device, lengths=lengths[:-1], eval_windows=first["eval_windows"],
                   curve_length=lengths[-1], dropout_on=lengths if protocol else None,
-                  echo=lambda line: log(f"[book]   {line}", flush=True))
-    return True
+                  echo=lambda line: (said.append(line), log(f"[book]   {line}", flush=True)))
+    return {"trained": sum(": trained run " in line for line in said),
+            "reused": sum(": reused run " in line for line in said)}
 
 
 def save_figure(fig, name: str, figure_dir: str, root: Path | None = None) -> Path | None:

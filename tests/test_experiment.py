@@ -207,7 +207,9 @@ def test_book_trains_the_chapters_runs_first(tmp_path, tiny_path, monkeypatch):
     params = {"05_training": dict(shared, seed=1, val_every=2, val_windows=1),
               "06_context_length": dict(shared, seeds=[0, 1], published_seeds=[1],
                                         published_protocol=True)}
-    assert book.train_runs_first(params, tmp_path, "cpu", log=lambda *a, **k: None)
+    quiet = lambda *a, **k: None                                           # noqa: E731
+    assert book.train_runs_first(params, tmp_path, "cpu", log=quiet) == {"trained": 7, "reused": 0}
+    assert book.train_runs_first(params, tmp_path, "cpu", log=quiet) == {"trained": 0, "reused": 7}
     sizes = dict(SIZES)
     said = []
     runs = ex.train_arms(ex.HEADLINE, lambda l: [1] if "published" in l else [0, 1], sizes,
