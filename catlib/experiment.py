@@ -243,11 +243,6 @@ def scores(runs: dict, label: str, seeds: Iterable[int]) -> tuple[np.ndarray, np
     return ce, leak
 
 
-def bigram_floor(runs: dict, label: str, seed: int) -> np.ndarray:
-    """The bigram floor CE ``[lengths]`` stored with a run (its split's train and validation)."""
-    return np.array([row["bigram_ce"] for row in runs[label, seed].result["rows"]], dtype=float)
-
-
 def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_windows: int,
                    device=None) -> np.ndarray:
     """Per-position CE ``[length]`` of one model of a run (see :func:`position_ce`).
@@ -306,21 +301,6 @@ def _stored_with_run(run: Run, name: str, ident: dict, compute: Callable[[], obj
     return value
 
 
-def position_curves(runs: dict, labels: Iterable[str], seeds: Iterable[int], corpus: dict,
-                    length: int, n_windows: int, device=None) -> dict[str, np.ndarray]:
-    """Mean over seeds of each arm's per-position CE, ``{label: [length]}``.
-
-    ``corpus``: ``{split: Corpus}`` holding each arm's split.
-    """
-    curves = {}
-    for label in labels:
-        arm = ARMS[label]
-        per_seed = [position_curve(runs[label, s], arm.model, corpus[arm.split], length,
-                                   n_windows, device) for s in seeds]
-        curves[label] = np.mean(per_seed, axis=0)
-    return curves
-
-
 def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest: int,
                  eval_windows: int, device=None) -> tuple[dict, dict, dict]:
     """Everything a results table needs, per arm: ``(ce, leak, curves)``.
@@ -341,17 +321,6 @@ def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
         short, leak[label] = scores(runs, label, seeds_of(label))
         ce[label] = np.concatenate([short, curves[label].mean(1, keepdims=True)], axis=1)
     return ce, leak, curves
-
-
-def extrapolation_rows(runs: dict, labels: Iterable[str], seeds_of: Callable[[str], list],
-                       lengths: list, train_length: int) -> dict:
-    """The rows of ``results/extrapolation_<profile>.json``: mean over seeds per arm."""
-    rows = {}
-    for label in labels:
-        ce, leak = scores(runs, label, seeds_of(label))
-        rows[label] = {"train_length": int(train_length), "leak": float(np.max(leak)),
-                       "ce": {str(L): float(v) for L, v in zip(lengths, ce.mean(0))}}
-    return rows
 
 
 def write_part(folder: Path, name: str, rows: dict | None = None,
