@@ -451,15 +451,6 @@ def run(profile: str, device: str = "auto", only: Iterable[str] | None = None, *
 
 
 TRAINING_STAGE = "training runs of 05, 06 and 08"
-# What the experiment chapters train: {notebook: rows}; 06 trains its published rows for
-# ``published_seeds``, every other row for ``seeds`` (05: ``seed``).
-_CHAPTER_ROWS = {
-    "05_training": ("published CAT", "causal CAT"),
-    "06_context_length": ("published CAT", "published baseline", "causal CAT",
-                          "sinusoidal baseline", "RoPE baseline", "ALiBi baseline"),
-    "08_beyond": ("relative CAT", "content-aware CAT", "causal CAT", "sinusoidal baseline",
-                  "RoPE baseline", "ALiBi baseline"),
-}
 _SHARED = ("d_model", "n_heads", "n_freq", "blocks", "solver", "solver_steps", "dropout",
            "train_steps", "lr", "batch", "seq", "lengths", "eval_windows")
 
@@ -479,7 +470,7 @@ def train_runs_first(params: dict[str, dict], root: Path, device: str,
     """
     from . import experiment as ex
 
-    chosen = {n: p for n, p in params.items() if n in _CHAPTER_ROWS}
+    chosen = {n: p for n, p in params.items() if n in ex.CHAPTER_ROWS}
     if not chosen:
         return None
     first = next(iter(chosen.values()))
@@ -488,7 +479,7 @@ def train_runs_first(params: dict[str, dict], root: Path, device: str,
         return None
     seeds: dict[str, set] = {}
     for name, p in chosen.items():
-        for label in _CHAPTER_ROWS[name]:
+        for label in ex.CHAPTER_ROWS[name]:
             published = ex.ARMS[label].variant == "published"
             own = ([p["seed"]] if name == "05_training" else
                    p["published_seeds"] if published and name == "06_context_length" else p["seeds"])
@@ -503,16 +494,17 @@ def train_runs_first(params: dict[str, dict], root: Path, device: str,
                  dropout=first["dropout"])
     lengths = list(first["lengths"])
     protocol = chosen.get("06_context_length", {}).get("published_protocol", False)
-    n_runs, said = sum(len(v) for v in seeds.values()), []
+    n_runs = sum(len(v) for v in seeds.values())
     log(f"[book] {TRAINING_STAGE}: {len(seeds)} rows, {n_runs} row-seed pairs, one pool ...",
         flush=True)
-    ex.train_arms(list(seeds), lambda label: sorted(seeds[label]), sizes, train,
-                  root=root / "runs" / f"book-{first['profile']}",
-                  device=device, lengths=lengths[:-1], eval_windows=first["eval_windows"],
-                  curve_length=lengths[-1], dropout_on=lengths if protocol else None,
-                  echo=lambda line: (said.append(line), log(f"[book]   {line}", flush=True)))
-    return {"trained": sum(": trained run " in line for line in said),
-            "reused": sum(": reused run " in line for line in said)}
+    runs = ex.train_arms(list(seeds), lambda label: sorted(seeds[label]), sizes, train,
+                         root=root / "runs" / f"book-{first['profile']}", device=device,
+                         lengths=lengths[:-1], eval_windows=first["eval_windows"],
+                         curve_length=lengths[-1], dropout_on=lengths if protocol else None,
+                         echo=lambda line: log(f"[book]   {line}", flush=True))
+    unique = {id(run): run for run in runs.values()}.values()
+    return {"trained": sum(not run.reused for run in unique),
+            "reused": sum(run.reused for run in unique)}
 
 
 def save_figure(fig, name: str, figure_dir: str, root: Path | None = None) -> Path | None:

@@ -72,6 +72,11 @@ ARMS: dict[str, Arm] = {a.label: a for a in (
 HEADLINE = ("published CAT", "published baseline", "causal CAT", "sinusoidal baseline",
             "RoPE baseline", "ALiBi baseline")
 BEYOND = ("relative CAT", "content-aware CAT")
+BASELINES = ("sinusoidal baseline", "RoPE baseline", "ALiBi baseline")
+# The rows each experiment chapter trains (05: one seed of each variant's CAT and baseline).
+CHAPTER_ROWS = {"05_training": ("published CAT", "causal CAT"),
+                "06_context_length": HEADLINE,
+                "08_beyond": BEYOND + ("causal CAT",) + BASELINES}
 
 
 def configs(arm: Arm, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, TrainConfig]:
@@ -123,11 +128,12 @@ def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
     time, each on one thread, so that the numbers do not depend on ``jobs``; on CUDA with
     several ``devices``, one process per device takes every n-th run
     (:func:`worker_devices`). The costliest jobs start first. Returns
-    ``{(label, seed): Run}``; arms that share a run share the Run object.
+    ``{(label, seed): Run}``; arms that share a run share the Run object, whose ``reused``
+    says whether this call found it finished (False: it trained it).
     """
     device = torch.device(device)
     slots = worker_devices(device, jobs, devices)
-    seeds_of = seeds if callable(seeds) else (lambda label, fixed=list(seeds): fixed)
+    seeds_of = _seeds_of(seeds)
     specs, owners = {}, {}
     for label in arms:
         for seed in seeds_of(label):
@@ -145,22 +151,31 @@ def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
     for i, spec in enumerate(specs.values()):
         spec["device"] = slots[i % len(slots)]
     if len(slots) > 1 and len(specs) > 1:
-        _in_workers(specs, owners, slots, echo)
+        done = _in_workers(specs, owners, slots, echo)
     else:
+        done = {}
         for key, spec in specs.items():
-            _say(echo, owners[key], _train_job(spec))
+            done[key] = _train_job(spec)
+            _say(echo, owners[key], done[key])
     out = {}
     for key, spec in specs.items():   # finished now: open each run with its stored evaluation
         run = train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
                         root=root, device=device, lengths=lengths, eval_windows=eval_windows,
                         progress=False, echo=None)
+        run.reused = done[key]["reused"]
         out.update({owner: run for owner in owners[key]})
     return out
 
 
-def _in_workers(specs: dict, owners: dict, slots: list[str], echo) -> None:
+def _seeds_of(seeds) -> Callable[[str], list]:
+    """``seeds`` as a function of the arm's label: itself if callable, else the same list."""
+    return seeds if callable(seeds) else (lambda label, fixed=list(seeds): fixed)
+
+
+def _in_workers(specs: dict, owners: dict, slots: list[str], echo) -> dict:
     """Run the specs in worker processes: on the CPU a shared pool of len(slots) processes;
-    on GPUs one process per device, each taking the runs assigned to it, in order."""
+    on GPUs one process per device, each taking the runs assigned to it, in order.
+    Returns each job's result (:func:`_train_job`) by spec key."""
     context = multiprocessing.get_context("spawn")   # a clean interpreter: safe in kernels
     start = dict(mp_context=context, initializer=_exit_with_parent, initargs=(os.getpid(),))
     if slots[0] == "cpu":
@@ -172,8 +187,11 @@ def _in_workers(specs: dict, owners: dict, slots: list[str], echo) -> None:
         pool_of = lambda spec: by_device[spec["device"]]                 # noqa: E731
     try:
         futures = {key: pool_of(spec).submit(_train_job, spec) for key, spec in specs.items()}
+        done = {}
         for key, future in futures.items():
-            _say(echo, owners[key], future.result())
+            done[key] = future.result()
+            _say(echo, owners[key], done[key])
+        return done
     finally:
         for pool in pools:
             pool.shutdown(cancel_futures=True)
@@ -205,7 +223,7 @@ def _train_job(spec: dict) -> dict:
         run = train_run(CATConfig.from_dict(spec["model"]), tc, root=spec["root"],
                         device=spec["device"], lengths=spec["lengths"],
                         eval_windows=spec["eval_windows"], progress=False, echo=None)
-        corpus = load_corpus(split=tc.split)
+        corpus = load_corpus(split=tc.split) if spec["curve_length"] or spec["dropout_on"] else None
         if spec["curve_length"]:
             n = n_windows(len(corpus.val), spec["curve_length"], spec["eval_windows"])
             for model_key in tc.models:
@@ -250,9 +268,7 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
     Stored in the run directory beside its evaluation, valid for the weights and the
     code that computed it, so that the chapters that draw it and a rebuild reuse it.
     """
-    if corpus.split != run.train_config.split:
-        raise ValueError(f"the corpus split {corpus.split!r} is not the run's "
-                         f"({run.train_config.split!r}); load_corpus(split=...) to match")
+    _check_split(run, corpus)
     models, _ = run.load_weights(device or "cpu")
     model = models[model_key]
     if model is None:
@@ -272,9 +288,7 @@ def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
     both its models with dropout on (the published script never calls ``eval()``), the
     masks seeded by the run's seed. Stored in the run directory like :func:`position_curve`.
     """
-    if corpus.split != run.train_config.split:
-        raise ValueError(f"the corpus split {corpus.split!r} is not the run's "
-                         f"({run.train_config.split!r}); load_corpus(split=...) to match")
+    _check_split(run, corpus)
     models, _ = run.load_weights(device or "cpu")
     seed = run.train_config.seed
     ident = {"weights": weights_digest(models), "code": code_fingerprint(),
@@ -282,6 +296,12 @@ def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
     return _stored_with_run(run, "eval-dropout-on.json", ident, lambda: context_table(
         models["cat"], models["base"], corpus.val, lengths, eval_windows,
         dropout_in_eval=True, device=device, seed=seed))
+
+
+def _check_split(run: Run, corpus: Corpus) -> None:
+    if corpus.split != run.train_config.split:
+        raise ValueError(f"the corpus split {corpus.split!r} is not the run's "
+                         f"({run.train_config.split!r}); load_corpus(split=...) to match")
 
 
 def _stored_with_run(run: Run, name: str, ident: dict, compute: Callable[[], object]):
@@ -311,7 +331,7 @@ def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
     ``[seeds, longest]``. ``seeds``: a list or a function of the label; ``corpus``:
     ``{split: Corpus}``.
     """
-    seeds_of = seeds if callable(seeds) else (lambda label, fixed=list(seeds): fixed)
+    seeds_of = _seeds_of(seeds)
     ce, leak, curves = {}, {}, {}
     for label in labels:
         arm, split_corpus = ARMS[label], corpus[ARMS[label].split]
