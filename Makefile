@@ -4,7 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The corpus beside this checkout, where there is one; elsewhere CATLIB_DATA stays unset
+# (unless the caller sets it) and catlib finds tiny.txt in its cache or downloads it there:
+# pointing CATLIB_DATA at a missing file would be an error (catlib/data.py says why).
+ifneq ($(wildcard ../shared/data/tiny.txt),)
 export CATLIB_DATA ?= $(abspath ../shared/data/tiny.txt)
+endif
 # Idle OpenMP threads sleep instead of spinning: on a busy machine spinning threads
 # slow small torch operations down 10-50x (kernels started by papermill/nbval inherit it).
 export OMP_WAIT_POLICY ?= PASSIVE
@@ -15,12 +20,14 @@ DEVICE ?= auto
 
 venv: $(STAMP)
 
-# torch is pinned in the same pip call as torchdiffeq: an unpinned resolve pulls a CUDA build.
-$(STAMP): pyproject.toml
+# The exact versions come from constraints.txt (pyproject.toml holds ranges). torch is
+# pinned there, and so in the same pip call as torchdiffeq: an unpinned resolve pulls a
+# CUDA build.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0 torchdiffeq==0.2.5
-	$(PY) -m pip install -q -e '.[test,book]'
+	$(PY) -m pip install -q -c constraints.txt torch torchdiffeq
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,book]'
 	touch $(STAMP)
 
 unit: venv

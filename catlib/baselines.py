@@ -9,6 +9,8 @@ sinusoidal positions computed at any length, no dropout on the logits.
 same layers written out with :class:`~catlib.qk_attention.QKAttention`, nothing
 added to the embeddings; positions enter through rotary q/k or the ALiBi score
 bias, the two schemes a reader would pick for length extrapolation.
+``baseline_loops`` = n applies each of those layers n times with the same weights:
+n block evaluations per layer for the parameters of one, as CAT's RK4 step spends.
 """
 from __future__ import annotations
 
@@ -108,7 +110,8 @@ class Baseline(nn.Module):
             # which the fused CPU kernel takes.
             bias = CausalBias(alibi_bias(self.config.n_heads, x.shape[1], x.device, x.dtype))
         for layer in self.layers:
-            x = layer(x, bias)
+            for _ in range(self.config.baseline_loops):   # weight-tied repeats (1: none)
+                x = layer(x, bias)
         logits = self.drop(self.proj(x))
         return logits, logits.new_zeros(())
 

@@ -297,9 +297,26 @@ def _stop_kernel_on_ctrl_c(interrupted: list):
 
 
 def _descendants(pid: int) -> list[int]:
-    """Process ids of every descendant of ``pid`` (from /proc; empty where there is none)."""
+    """Process ids of every descendant of ``pid``.
+
+    From psutil (the book extra) on every OS; without it, from /proc, which macOS lacks.
+    Where neither is there the list is empty, and Ctrl-C only raises KeyboardInterrupt
+    in the runner instead of killing the kernel first.
+    """
+    try:
+        import psutil   # imported here: the library itself does not need it
+    except ImportError:
+        return _descendants_from_proc(pid)
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:   # pid has exited
+        return []
+
+
+def _descendants_from_proc(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """:func:`_descendants` read from ``proc`` (Linux's /proc); empty where there is none."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for stat in proc.glob("[0-9]*/stat"):
         try:
             ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
@@ -480,10 +497,7 @@ def train_runs_first(params: dict[str, dict], root: Path, device: str,
     seeds: dict[str, set] = {}
     for name, p in chosen.items():
         for label in ex.CHAPTER_ROWS[name]:
-            published = ex.ARMS[label].variant == "published"
-            own = ([p["seed"]] if name == "05_training" else
-                   p["published_seeds"] if published and name == "06_context_length" else p["seeds"])
-            seeds.setdefault(label, set()).update(own)
+            seeds.setdefault(label, set()).update(ex.chapter_seeds(name, label, p))
     train = dict(train_steps=first["train_steps"], lr=first["lr"], batch=first["batch"],
                  seq=first["seq"])
     if "05_training" in chosen:      # its plots read the validation lines of its runs
@@ -529,13 +543,13 @@ def _now() -> str:
 
 def environment(root: Path) -> dict:
     """Package versions, platform and git commit for the reproducibility page."""
-    from .provenance import git_state, package_versions
+    from .provenance import git_state, package_versions, usable_cpus
 
     versions = package_versions(("catlib", "torch", "torchdiffeq", "numpy", "matplotlib",
                                  "papermill", "jupyter-book", "myst-nb", "sphinx", "nbval"))
     git = git_state(root)
     return {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus": os.cpu_count(),
+            "cpus": usable_cpus(),
             "versions": {k: v or "not installed" for k, v in versions.items()},
             "git_commit": git["commit"], "git_dirty": git["dirty"]}
 

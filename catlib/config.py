@@ -17,8 +17,11 @@ PENALTIES = ("published", "exact")
 # How the baseline sees positions: added sinusoids, rotary q/k (RoPE) or an ALiBi score bias.
 BASELINE_POSITIONS = ("sinusoidal", "rope", "alibi")
 # CAT's kernel: on positions rescaled to [0, 1] (published), on token distances
-# (relative), or as the positional bias of query-key attention (content); see catlib.extrapolating.
-KERNELS = ("absolute", "relative", "content")
+# (relative), or as the positional bias of query-key attention (content; see
+# catlib.extrapolating); or that bias as a decaying prior, ALiBi's or KERPLE's, plus a
+# spectral residual that vanishes beyond the training length (see catlib.decay_prior).
+KERNELS = ("absolute", "relative", "content", "alibi-prior", "kerple-prior")
+PRIOR_KERNELS = ("alibi-prior", "kerple-prior")
 
 # The corrections of ALGORITHM.md: field -> (published value, corrected value).
 CORRECTIONS = {
@@ -72,6 +75,9 @@ class CATConfig:
     kernel: str = "absolute"
     kernel_scale: float = 4.0      # c, in tokens: distances enter as psi(d) = log(1 + d / c)
     kernel_horizon: float = 1024.0  # D, in tokens: psi(d) / psi(D) reaches 1 at d = D
+    kernel_residual: bool = True    # prior kernels: learn the spectral residual (False: prior alone)
+    train_length: int | None = None  # T_train of the prior kernels: the residual lives on d < T_train
+    baseline_loops: int = 1         # RoPE/ALiBi baseline: each layer applied this many times
 
     def __post_init__(self) -> None:
         self.validate()
@@ -102,6 +108,12 @@ class CATConfig:
             raise ValueError(f"max_steps must be None or >= 1, got {self.max_steps!r}")
         self._validate_baseline_positions()
         self._validate_kernel()
+        loops = self.baseline_loops
+        if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:
+            raise ValueError(f"baseline_loops must be an integer >= 1, got {loops!r}")
+        if loops > 1 and self.baseline_positions == "sinusoidal":
+            raise ValueError("baseline_loops > 1 loops the RoPE or ALiBi baseline's layers; "
+                             "set baseline_positions='rope' or 'alibi'")
 
     def _validate_baseline_positions(self) -> None:
         """RoPE and ALiBi replace the corrected baseline's sinusoids: they need its causal
@@ -129,6 +141,15 @@ class CATConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a number of tokens > 0, got {value!r}")
+        if not isinstance(self.kernel_residual, bool):
+            raise ValueError(f"kernel_residual must be True or False, got {self.kernel_residual!r}")
+        if self.kernel in PRIOR_KERNELS:
+            t = self.train_length
+            if isinstance(t, bool) or not isinstance(t, int) or t < 2:
+                raise ValueError(
+                    f"kernel={self.kernel!r} needs train_length, the training sequence length "
+                    f"(an integer >= 2; its residual lives on distances below it), got {t!r}; "
+                    f"e.g. train_length=128 for runs trained on 128 characters")
         if self.kernel == "absolute":
             return
         causal = (self.variant != "published") if self.causal is None else self.causal

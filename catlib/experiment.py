@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from .config import CATConfig
+from .config import PRIOR_KERNELS, CATConfig
 from .data import Corpus, load_corpus
 from .evaluate import context_table, n_windows
 from .extrapolation import position_ce
@@ -68,15 +68,43 @@ ARMS: dict[str, Arm] = {a.label: a for a in (
     Arm("ALiBi baseline", "causal", "base", "90/10", (("baseline_positions", "alibi"),), ("base",)),
     Arm("relative CAT", "causal", "cat", "90/10", (("kernel", "relative"),), ("cat",)),
     Arm("content-aware CAT", "causal", "cat", "90/10", (("kernel", "content"),), ("cat",)),
+    Arm("content-aware CAT, horizon 128", "causal", "cat", "90/10",
+        (("kernel", "content"), ("kernel_horizon", 128.0)), ("cat",)),
+    Arm("ALiBi-prior CAT", "causal", "cat", "90/10", (("kernel", "alibi-prior"),), ("cat",)),
+    Arm("KERPLE-prior CAT", "causal", "cat", "90/10", (("kernel", "kerple-prior"),), ("cat",)),
+    Arm("ALiBi inside the CAT block", "causal", "cat", "90/10",
+        (("kernel", "alibi-prior"), ("kernel_residual", False)), ("cat",)),
+    Arm("looped ALiBi baseline", "causal", "base", "90/10",
+        (("baseline_positions", "alibi"), ("baseline_loops", 4)), ("base",)),
 )}
 HEADLINE = ("published CAT", "published baseline", "causal CAT", "sinusoidal baseline",
             "RoPE baseline", "ALiBi baseline")
-BEYOND = ("relative CAT", "content-aware CAT")
+# Chapter 08: the kernels on token distances, the decay-anchored kernels and their controls.
+DISTANCE_KERNELS = ("relative CAT", "content-aware CAT", "content-aware CAT, horizon 128")
+DECAY_ANCHORED = ("ALiBi-prior CAT", "KERPLE-prior CAT")
+CONTROLS = ("ALiBi inside the CAT block", "looped ALiBi baseline")
+BEYOND = DISTANCE_KERNELS + DECAY_ANCHORED + CONTROLS
+# Rows that no verdict reads across seeds (earlier kernels, a diagnostic): one seed each,
+# the first of the chapter's seeds, so that the book's training fits its time.
+DIAGNOSTIC = DISTANCE_KERNELS
 BASELINES = ("sinusoidal baseline", "RoPE baseline", "ALiBi baseline")
 # The rows each experiment chapter trains (05: one seed of each variant's CAT and baseline).
 CHAPTER_ROWS = {"05_training": ("published CAT", "causal CAT"),
                 "06_context_length": HEADLINE,
                 "08_beyond": BEYOND + ("causal CAT",) + BASELINES}
+
+
+def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
+    """The seeds of row ``label`` in ``chapter``, from the chapter's parameters: 05 its one
+    ``seed``; 06 ``published_seeds`` for the published rows; 08 the first seed for the
+    :data:`DIAGNOSTIC` rows; else ``seeds``."""
+    if chapter == "05_training":
+        return [params["seed"]]
+    if chapter == "06_context_length" and ARMS[label].variant == "published":
+        return list(params["published_seeds"])
+    if chapter == "08_beyond" and label in DIAGNOSTIC:
+        return list(params["seeds"][:1])
+    return list(params["seeds"])
 
 
 def configs(arm: Arm, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, TrainConfig]:
@@ -88,15 +116,21 @@ def configs(arm: Arm, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, T
     fields = dict(sizes)
     if arm.published_dropout:
         fields.pop("dropout", None)                 # the published rate, CATConfig's default
-    model = CATConfig(variant=arm.variant, **fields, **dict(arm.options))
+    options = dict(arm.options)
+    if options.get("kernel") in PRIOR_KERNELS:
+        options.setdefault("train_length", train["seq"])   # the residual lives below it
+    model = CATConfig(variant=arm.variant, **fields, **options)
     return model, TrainConfig(**train, seed=seed, split=arm.split, models=arm.trains)
 
 
 def default_jobs(device) -> int:
-    """Runs trained at once: ``CATLIB_JOBS`` if set, else the CPU cores; 1 on CUDA or MPS."""
+    """Runs trained at once: ``CATLIB_JOBS`` if set, else the CPUs this process may use
+    (:func:`~catlib.provenance.usable_cpus`); 1 on CUDA or MPS."""
+    from .provenance import usable_cpus
+
     if torch.device(device).type != "cpu":
         return 1
-    return max(1, int(os.environ.get("CATLIB_JOBS") or 0) or os.cpu_count() or 1)
+    return max(1, int(os.environ.get("CATLIB_JOBS") or 0) or usable_cpus())
 
 
 def worker_devices(device, jobs: int | None = None, devices=None) -> list[str]:
@@ -240,7 +274,8 @@ def _train_job(spec: dict) -> dict:
 # dropout, as CAT and baseline together, 0.42); a baseline about 0.05 to 0.10. The dropout-on
 # evaluation of a published run costs about as much as training it. Only the order of the
 # jobs depends on these, never a number.
-_STEP_COST = {"absolute": 0.23, "relative": 0.20, "content": 0.38}
+_STEP_COST = {"absolute": 0.23, "relative": 0.20, "content": 0.38, "alibi-prior": 0.36,
+              "kerple-prior": 0.36}
 _BASE_STEP_COST = 0.08
 
 
@@ -248,7 +283,8 @@ def _expected_cost(spec: dict) -> float:
     """A rough estimate of a job's seconds, to start the longest first."""
     model, steps = spec["model"], spec["train"]["train_steps"]
     per_step = sum(_STEP_COST.get(model.get("kernel", "absolute"), 0.3) if m == "cat"
-                   else _BASE_STEP_COST for m in spec["train"]["models"])
+                   else _BASE_STEP_COST * model.get("baseline_loops", 1)
+                   for m in spec["train"]["models"])
     return steps * per_step * (2.0 if spec["dropout_on"] else 1.0)
 
 
@@ -358,3 +394,28 @@ def write_part(folder: Path, name: str, rows: dict | None = None,
         write_extrapolation_json(part / f"{name}.json", rows)
     if curves is not None:
         write_position_csv(part / f"{name}.csv", curves)
+
+
+def training_costs(runs: dict, labels: Iterable[str], seeds) -> dict[str, dict]:
+    """What training each row's runs cost, from their own logs: ``{label: {"seeds": n,
+    "models": "cat + base", "step_seconds": median s per step (mean over seeds),
+    "seconds": training s (mean over seeds)}}``. A run shared by two rows is listed
+    under the first (its time is spent once)."""
+    seeds_of = _seeds_of(seeds)
+    seen, out = set(), {}
+    for label in labels:
+        per_step, totals, models = [], [], ""
+        for s in seeds_of(label):
+            run = runs[label, s]
+            if id(run) in seen:
+                continue
+            seen.add(id(run))
+            steps = [m["seconds"] for m in run.metrics() if m["kind"] == "train"]
+            per_step.append(float(np.median(steps)))
+            totals.append(float(np.sum(steps)))
+            models = " + ".join(run.train_config.models)
+        if totals:
+            out[label] = {"seeds": len(totals), "models": models,
+                          "step_seconds": float(np.mean(per_step)),
+                          "seconds": float(np.mean(totals))}
+    return out

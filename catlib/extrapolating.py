@@ -89,7 +89,7 @@ import torch.nn.functional as F
 
 from .attention import ContinuousAttention
 from .bases import basis
-from .config import CATConfig
+from .config import KERNELS, CATConfig
 from .kernel import check_kernel_args
 from .qk_attention import CausalBias, QKAttention
 from .quadrature import gauss_legendre
@@ -561,7 +561,8 @@ def make_attention(cfg: CATConfig) -> nn.Module:
     """The attention of one CAT block, chosen by ``cfg.kernel`` (the config is resolved first).
 
     "absolute": the published/corrected :class:`~catlib.attention.ContinuousAttention`;
-    "relative": :class:`RelativeAttention`; "content": :class:`ContentAttention`.
+    "relative": :class:`RelativeAttention`; "content": :class:`ContentAttention`;
+    "alibi-prior", "kerple-prior": :class:`catlib.decay_prior.DecayPriorAttention`.
     """
     cfg = cfg.resolved()
     d = cfg.d_model
@@ -579,4 +580,9 @@ def make_attention(cfg: CATConfig) -> nn.Module:
                                  cfg.dropout, **common)
     if cfg.kernel == "content":
         return ContentAttention(d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.dropout, **common)
-    raise ValueError(f"kernel must be one of ['absolute', 'relative', 'content'], got {cfg.kernel!r}")
+    if cfg.kernel in ("alibi-prior", "kerple-prior"):
+        from .decay_prior import DecayPriorAttention   # it builds on this module's kernels
+        return DecayPriorAttention(d, cfg.n_heads, cfg.n_freq, cfg.kernel.split("-")[0],
+                                   cfg.train_length, cfg.kernel_scale, cfg.kernel_residual,
+                                   cfg.penalty, cfg.dropout, cfg.dropout_in_dynamics)
+    raise ValueError(f"kernel must be one of {list(KERNELS)}, got {cfg.kernel!r}")

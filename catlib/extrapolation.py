@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .cost import parameter_count  # noqa: F401  (re-exported: the book's tables)
 from . import evaluate
 from .runs import atomic_write_text
 
@@ -202,11 +203,6 @@ def read_extrapolation_json(path) -> dict:
 
 
 # --------------------------------------------------------------- attention probes
-
-def parameter_count(model: torch.nn.Module) -> int:
-    """Number of parameters (shared ones counted once)."""
-    return sum(p.numel() for p in model.parameters())
-
 
 def _attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     """Attention modules the probe understands, in module order: those that mix per-head

@@ -22,6 +22,15 @@ def package_versions(names) -> dict[str, str | None]:
     return found
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask where the OS has one (Linux),
+    which, unlike ``os.cpu_count()``, honours ``taskset`` and container CPU sets."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:   # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
+
+
 def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
     """``{"commit": sha or None, "dirty": bool or None}`` of the checkout at ``root``.
 
@@ -48,7 +57,7 @@ def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
 # Not listed: runs, cli, provenance, compat, book (files, command line, reporting).
 FINGERPRINT_MODULES = (
     "config", "bases", "quadrature", "kernel", "attention", "solvers", "model", "baselines",
-    "train", "data", "evaluate", "extrapolating", "qk_attention",
+    "train", "data", "evaluate", "extrapolating", "qk_attention", "decay_prior",
 )
 PACKAGE_DIR = Path(__file__).resolve().parent
 

@@ -115,3 +115,14 @@ def markdown(text: str):
     """``IPython.display.Markdown(text)``: shown by ``display`` and pasted by myst-nb's glue."""
     from IPython.display import Markdown
     return Markdown(text)
+
+
+class Plain:
+    """Text whose ``repr`` is the text itself: glued for ``{glue:text}`` on another page
+    (a glued ``str`` would show its quotes there; ``{glue:md}`` cannot reach another page)."""
+
+    def __init__(self, text: str):
+        self.text = str(text)
+
+    def __repr__(self) -> str:
+        return self.text

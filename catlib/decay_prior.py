@@ -1,0 +1,150 @@
+"""Decay-anchored kernels: a decaying prior defined at every distance, plus CAT's
+spectral residual, read only at the distances seen in training.
+
+The score bias of query-key attention inside a CAT block, for d = i - j >= 0:
+
+    b_h(d) = prior_h(d) + r_h(u_T(d)),   u_T(d) = min(1, psi(d) / psi(T_train - 1)),
+
+psi(d) = log(1 + d / c) (c = ``kernel_scale``), T_train = ``train_length``. Priors:
+
+- ``"alibi"``: -m_h d, ALiBi's fixed slopes m_h;
+- ``"kerple"``: -r1_h log(1 + r2_h d), KERPLE's logarithmic bias, r1_h = 1 + softplus(.)
+  > 1 and r2_h = softplus(.) > 0 learned, r1 initialised over a range across the heads.
+
+The residual is CAT's 1-D spectral kernel on half-range cosines, anchored at u = 1:
+r_h(u) = s_h / sqrt(n) sum_k a_hk [cos(pi k u) - (-1)^k], so r(1) = 0 and r'(1) = 0, and
+it is set to exactly 0 wherever u_T = 1 (d >= T_train - 1). Its coefficients start at 0:
+every model starts as its prior, and beyond the training length its bias is the prior's
+exactly, which is defined there without extrapolating anything learned. The penalty is
+the exact Sobolev seminorm of the expansion (a constant shift has no curvature).
+
+The bias is a function of distance alone, so the logits of a prefix do not change when
+the sequence grows. ``kernel_residual=False`` keeps the prior only (no spectral
+parameters): with the ALiBi prior, ALiBi inside the CAT block.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .extrapolating import ContentPlan, SpectralKernel1D
+from .qk_attention import QKAttention, alibi_slopes
+
+PRIORS = ("alibi", "kerple")
+# KERPLE's r1 at initialisation, from the most local head to the flattest (log-spaced),
+# and r2: a spread of decay rates as ALiBi's slopes give.
+KERPLE_R1 = (8.0, 1.25)
+KERPLE_R2 = 1.0
+
+
+def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
+    return y + torch.log(-torch.expm1(-y))
+
+
+class DecayPriorKernel(nn.Module):
+    """All heads' biases b_h(d) ``[h, L]`` at distances ``d [L]`` (see the module docstring).
+
+    Parameters: KERPLE's ``r1_raw``, ``r2_raw [h]`` (prior "kerple"); the residual's
+    ``residual.coeffs [h, n]`` (init 0) and ``residual.log_scale [h, 1]``, absent with
+    ``residual=False``. ALiBi's slopes are a buffer, not trained.
+    """
+
+    def __init__(self, n_heads: int, n_freq: int, prior: str, train_length: int,
+                 scale: float = 4.0, residual: bool = True, penalty: str = "exact"):
+        super().__init__()
+        if prior not in PRIORS:
+            raise ValueError(f"prior must be one of {list(PRIORS)}, got {prior!r}")
+        if not (isinstance(train_length, int) and train_length >= 2):
+            raise ValueError(f"train_length must be an integer >= 2, got {train_length!r}")
+        self.prior_name, self.train_length, self.scale = prior, train_length, float(scale)
+        self.n_heads = n_heads
+        # ALiBi's slopes (a buffer: moves with the model, not trained); KERPLE's are learned.
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)), persistent=False)
+        if prior == "kerple":
+            r1 = torch.logspace(math.log10(KERPLE_R1[0]), math.log10(KERPLE_R1[1]), n_heads)
+            self.r1_raw = nn.Parameter(_inverse_softplus(r1 - 1.0))
+            self.r2_raw = nn.Parameter(_inverse_softplus(torch.full((n_heads,), KERPLE_R2)))
+        self.residual = None
+        if residual:
+            self.residual = SpectralKernel1D(n_heads, n_freq, "cosine", penalty)
+            with torch.no_grad():
+                self.residual.coeffs.zero_()
+
+    def u(self, d: torch.Tensor) -> torch.Tensor:
+        """u_T(d) in [0, 1], 1 from d = T_train - 1 on; ``d`` float, any shape."""
+        c = self.scale
+        return (torch.log1p(d / c) / math.log1p((self.train_length - 1) / c)).clamp(max=1.0)
+
+    def prior(self, d: torch.Tensor) -> torch.Tensor:
+        """The prior ``[h, L]`` at distances ``d [L]`` (float)."""
+        if self.prior_name == "alibi":
+            return -self.slopes.to(d.dtype)[:, None] * d[None, :]
+        r1 = 1.0 + F.softplus(self.r1_raw.to(d.dtype))
+        r2 = F.softplus(self.r2_raw.to(d.dtype))
+        return -r1[:, None] * torch.log1p(r2[:, None] * d[None, :])
+
+    def anchored(self, u: torch.Tensor) -> torch.Tensor:
+        """The residual r_h(u) ``[h, L]`` at ``u [L]``: the expansion minus its value at 1
+        (cos(pi k) = (-1)^k), so r(1) = 0; r'(1) = 0 holds for every half-range cosine."""
+        return self.residual(u) - self.residual(u.new_ones(1))
+
+    def residual_at(self, d: torch.Tensor) -> torch.Tensor:
+        """r_h(u_T(d)) ``[h, L]``: exactly 0 for d >= T_train - 1 (and without a residual)."""
+        if self.residual is None:
+            return d.new_zeros(self.n_heads, d.numel())
+        u = self.u(d)
+        return self.anchored(u).masked_fill(u >= 1.0, 0.0)   # 0 itself, not a rounded 0
+
+    def forward(self, d: torch.Tensor) -> torch.Tensor:
+        return self.prior(d) + self.residual_at(d)
+
+    def sobolev_penalty(self) -> torch.Tensor:
+        if self.residual is None:
+            return self.slopes.new_zeros(())
+        return self.residual.sobolev_penalty()
+
+    def extra_repr(self) -> str:
+        return (f"prior={self.prior_name!r}, train_length={self.train_length}, scale={self.scale}, "
+                f"residual={self.residual is not None}")
+
+
+class DecayPriorAttention(nn.Module):
+    """Query-key attention with a decay-anchored score bias: score(i, j) = q_i . k_j /
+    sqrt(d) + b_h(i - j), causal softmax. ``x [B, T, D]`` -> ``[B, T, D]``.
+
+    The bias ``[h, T, T]`` is built once per solve (``plan``), -inf above the diagonal,
+    as :class:`~catlib.extrapolating.ContentAttention`'s; kernel parameters live under
+    ``kernels`` so that the adjoint reaches them through the plan only.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_freq: int, prior: str, train_length: int,
+                 kernel_scale: float = 4.0, residual: bool = True, penalty: str = "exact",
+                 dropout: float = 0.1, dropout_inside: bool = False):
+        super().__init__()
+        self.qk = QKAttention(d_model, n_heads, dropout=0.0)   # no random right-hand side
+        self.kernels = DecayPriorKernel(n_heads, n_freq, prior, train_length, kernel_scale,
+                                        residual, penalty)
+        self.drop = nn.Dropout(dropout) if dropout_inside else nn.Identity()
+
+    def sobolev_penalty(self) -> torch.Tensor:
+        return self.kernels.sobolev_penalty()
+
+    def plan(self, length: int, device=None, dtype=None) -> ContentPlan:
+        """The bias for sequences of ``length`` T: one Toeplitz ``[h, T, T]``, causal."""
+        if length < 1:
+            raise ValueError(f"sequence length T must be >= 1, got {length}")
+        ref = next(iter(self.qk.parameters()))
+        device, dtype = device or ref.device, dtype or ref.dtype
+        pos = torch.arange(length, device=device)
+        bvec = self.kernels(pos.to(dtype))                                     # [h, T], at d
+        distance = pos[:, None] - pos[None, :]
+        bias = bvec[:, distance.clamp(min=0)].masked_fill_(distance < 0, -math.inf)
+        return ContentPlan(length, bias)
+
+    def forward(self, x: torch.Tensor, plan: ContentPlan | None = None) -> torch.Tensor:
+        if plan is None:
+            plan = self.plan(x.shape[1], x.device, x.dtype)
+        return self.drop(self.qk(x, plan.causal))
