@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The corpus beside this checkout, where there is one; elsewhere CATLIB_DATA stays unset
-# (unless the caller sets it) and catlib finds tiny.txt in its cache or downloads it there:
-# pointing CATLIB_DATA at a missing file would be an error (catlib/data.py says why).
+# (unless the caller sets it) and catlib finds tiny.txt in its cache or downloads it there.
+# Never point it at a missing file: catlib takes CATLIB_DATA as set on purpose and stops
+# with one line (a typo or an unmounted disk) instead of quietly downloading another copy.
 ifneq ($(wildcard ../shared/data/tiny.txt),)
 export CATLIB_DATA ?= $(abspath ../shared/data/tiny.txt)
 endif
@@ -16,7 +17,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # Device of `make book`: auto (CUDA, then MPS, then CPU), cpu, cuda or mps.
 DEVICE ?= auto
 
-.PHONY: venv test unit clean book book-smoke nbval nbval-refs browser bench
+.PHONY: venv test unit clean book book-smoke nbval nbval-refs browser bench test-portable
 
 venv: $(STAMP)
 
@@ -55,6 +56,16 @@ browser: venv
 	$(PY) -m pytest -q -rs tests/test_book.py -k "browser or mathjax or fits"
 
 test: unit nbval book-smoke browser
+
+# The unit tests and the nbval checks again under another CPU kernel dispatch (ATen's plain
+# C++ kernels, not this CPU's AVX2/AVX-512 ones), one thread and MKL's compatible code
+# path, set for every worker process, torchrun rank and nbval kernel: a test that holds
+# only for this machine's rounding fails here (issue 17).
+PORTABLE_ENV ?= ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_CBWR=COMPATIBLE
+
+test-portable: venv
+	env $(PORTABLE_ENV) $(PY) -m pytest -q -p no:cacheprovider tests
+	env $(PORTABLE_ENV) $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider tests/nbval
 
 clean:
 	rm -rf $(VENV) _build book/notebooks book/_generated book/figures
