@@ -17,7 +17,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # Device of `make book`: auto (CUDA, then MPS, then CPU), cpu, cuda or mps.
 DEVICE ?= auto
 
-.PHONY: venv test unit clean book book-smoke nbval nbval-refs browser bench test-portable
+.PHONY: venv test unit clean book book-smoke nbval nbval-refs browser bench gpu-check test-portable unit-portable
 
 venv: $(STAMP)
 
@@ -58,13 +58,18 @@ browser: venv
 test: unit nbval book-smoke browser
 
 # The unit tests and the nbval checks again under another CPU kernel dispatch (ATen's plain
-# C++ kernels, not this CPU's AVX2/AVX-512 ones), one thread and MKL's compatible code
-# path, set for every worker process, torchrun rank and nbval kernel: a test that holds
-# only for this machine's rounding fails here (issue 17).
-PORTABLE_ENV ?= ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_CBWR=COMPATIBLE
+# C++ kernels, not this CPU's AVX2/AVX-512 ones) and one thread, set for every worker
+# process, torchrun rank and nbval kernel: a test that holds only for this machine's
+# rounding fails here. Not MKL_CBWR=COMPATIBLE: measured, it makes MKL's float32 products
+# agree across shapes, and so hides the very failure this target is for (a [1, T] and a
+# [2, T] batch giving other last bits); add it with PORTABLE_ENV=... to check MKL's path.
+PORTABLE_ENV ?= ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1
 
-test-portable: venv
+# The unit part alone (CI runs it: the failures of this kind were all there).
+unit-portable: venv
 	env $(PORTABLE_ENV) $(PY) -m pytest -q -p no:cacheprovider tests
+
+test-portable: unit-portable
 	env $(PORTABLE_ENV) $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider tests/nbval
 
 clean:
@@ -73,3 +78,9 @@ clean:
 # Speed, as ratios measured side by side in one run (a few minutes; not a test).
 bench: venv
 	$(PY) -m benchmarks.bench
+
+# Everything a GPU run needs, in one go within 10 minutes: correctness against the CPU,
+# a timed training step of every row, the cpu book and as much of the paper profile as fits
+# (benchmarks/gpu_check.py; its smoke version on the CPU runs in `make test`).
+gpu-check: venv
+	$(PY) -m benchmarks.gpu_check --device cuda --out results --budget 540

@@ -1,5 +1,5 @@
-"""Shared fixtures: the real corpus, found via CATLIB_DATA or ../shared/data/tiny.txt."""
-import os
+"""Shared fixtures: the real corpus, found as catlib finds it (CATLIB_DATA, then the user
+cache), or ../shared/data/tiny.txt beside this checkout; never downloaded by a test."""
 from pathlib import Path
 
 import pytest
@@ -7,11 +7,15 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_path() -> Path:
-    p = Path(os.environ.get("CATLIB_DATA")
-             or Path(__file__).resolve().parents[2] / "shared" / "data" / "tiny.txt")
-    if not p.is_file():
-        pytest.skip(f"corpus not found at {p}: set CATLIB_DATA to tiny.txt")
-    return p
+    from catlib.data import DataError, corpus_path
+
+    beside = Path(__file__).resolve().parents[2] / "shared" / "data" / "tiny.txt"
+    try:
+        return corpus_path(download=False)
+    except DataError as e:
+        if beside.is_file():
+            return beside
+        pytest.skip(f"corpus not found ({e})")
 
 
 @pytest.fixture(scope="session")

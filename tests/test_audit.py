@@ -58,6 +58,7 @@ def test_published_chebyshev_cat_shows_the_penalty_defect_not_the_mirror():
     found = {f.defect: f for f in audit_model(model, only=(5, 9))}
     assert found[9].shows and not found[5].shows
     # The flat kernels T_0, T_1(s), T_1(t), T_1(s) T_1(t): the last pays (2 pi)^4 (1 + 1)^2.
+    # penalty_charges works in float64: 1e-9 is far above its rounding.
     np.testing.assert_allclose(found[9].value, 4 * (2 * math.pi) ** 4, rtol=1e-9)
     np.testing.assert_allclose(found[9].data["linear"], (2 * math.pi) ** 4, rtol=1e-9)
     exact = _cat(basis="cheb", penalty="exact")
@@ -71,8 +72,9 @@ def test_numbers_match_independent_computations(published, causal):
     # 1: the library's leak score of the same model, eval mode, classical RK4.
     ref = catlib.CAT(catlib.CATConfig(**{**SMALL, "solver": "rk4-classic"}))
     ref.load_state_dict(model.state_dict())
+    # The same solve of a copy (measured: equal); rel 1e-6 = 8 float32 ulps.
     assert found[1].value == pytest.approx(catlib.leak_score(ref, cfg.vocab_size, 64), rel=1e-6)
-    # 3: lambda^2 published, lambda corrected.
+    # 3: lambda^2 published, lambda corrected: lambda P / P of float32 numbers, a few ulps.
     assert found[3].value == pytest.approx(cfg.sob_lambda ** 2, rel=1e-6)
     assert causal[1][3].value == pytest.approx(cfg.sob_lambda, rel=1e-6)
     # 4: sum_q softmax_q(W(s_i, t_q)) w_q, from Kernel2D's own forward.
@@ -80,6 +82,8 @@ def test_numbers_match_independent_computations(published, causal):
     s = torch.linspace(0, 1, 64)
     with torch.no_grad():
         sums = torch.stack([k(s, attn.t_nodes) @ attn.t_w for k in attn.kernels])
+    # float32 sums of Q = 64 (2Q) terms by two paths: within ~log2(Q) + 2 ulps (measured
+    # 1.2 and 2); 1e-5 is 80 ulps, far below the published deviation from 1 (1 - 1/Q).
     np.testing.assert_allclose(found[4].value, sums.mean().item(), rtol=1e-5)
     np.testing.assert_allclose(audit.attention_row_sums(causal[0]).numpy(), 1.0, atol=1e-5)
     # 5: cos(2 pi k t) written out in numpy: W(s, t) = W(s, 1 - t) to rounding.
@@ -102,7 +106,7 @@ def test_numbers_match_independent_computations(published, causal):
     exact = pub * ck[:, None] * ck[None] / cfg.n_freq ** 2
     coeffs = [kk.coeffs.detach().double().numpy() for kk in attn.kernels]
     ratio = sum((pub * c ** 2).sum() for c in coeffs) / sum((exact * c ** 2).sum() for c in coeffs)
-    assert found[9].data["ratio"] == pytest.approx(ratio, rel=1e-6)
+    assert found[9].data["ratio"] == pytest.approx(ratio, rel=1e-6)   # float64 both
 
 
 def test_tokens_read_agrees_with_the_attention_plan():
@@ -146,7 +150,8 @@ def test_dropout_makes_dopri5_work_harder_and_the_cap_holds():
     capped = audit.dopri5_nfe(model, x, True, rtol=1e-7, atol=1e-9, max_steps=5)
     assert not capped["finished"] and 0 < capped["nfe"] <= 6 * 6 + 6
     timed = audit.dopri5_nfe(model, x, True, rtol=1e-7, atol=1e-9, max_steps=10**6, seconds=0.0)
-    assert not timed["finished"] and timed["seconds"] < 5
+    # A budget of 0 s stops the solve at its first evaluation, however slow the machine.
+    assert not timed["finished"] and timed["nfe"] == 1
 
 
 def test_the_audit_leaves_the_model_unchanged(published):

@@ -15,6 +15,8 @@ import catlib
 from catlib.evaluate import cross_entropy
 from catlib.kernel import Kernel2D
 
+# A cached model and a fresh copy with the same weights run the very same kernels on the
+# same shapes: their outputs and gradients are compared bit for bit (rtol=0, torch.equal).
 V = 65
 SMALL = dict(vocab_size=V, d_model=32, n_heads=4, n_freq=8, quad_nodes=16, solver="rk4-classic")
 
@@ -167,7 +169,9 @@ def test_in_place_change_of_weights_buffer_invalidates_geometry():
     with torch.no_grad():
         attn.t_w.mul_(2.0)
     after = attn.plan(9).mixing.detach()
-    torch.testing.assert_close(after, 2 * before, rtol=1e-6, atol=0)
+    # exp(log(2 s w)) against 2 exp(log(s w)) in float32: exp turns the rounding of a log
+    # of magnitude up to 4.4 into 2-3 ulps (measured 1.5); a stale cache is off by 2x.
+    torch.testing.assert_close(after, 2 * before, rtol=8 * torch.finfo(torch.float32).eps, atol=0)
 
 
 def test_rounded_buffers_invalidate_geometry():
@@ -227,7 +231,7 @@ def test_device_change_after_forward(variant):
         cpu, _ = cat(tokens)
         gpu, _ = cat.to("cuda")(tokens.cuda())
         back, _ = cat.to("cpu")(tokens)
-    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-4, atol=1e-5)   # other kernels, float32
     assert torch.equal(back, cpu)
     logits, pen = cat.to("cuda")(tokens.cuda())
     (logits.sum() + pen).backward()

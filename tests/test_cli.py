@@ -39,7 +39,8 @@ def test_published_flags_and_defaults():
 def test_train_end_to_end_then_reuse_and_eval(tiny_path, tmp_path, monkeypatch, capsys):
     env = {**os.environ, "CATLIB_DATA": str(tiny_path)}
     cmd = [sys.executable, "-m", "catlib", "train", *TINY, "--run-dir", str(tmp_path)]
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    # timeouts for a hang only: a tiny run takes seconds
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     out = r.stdout.splitlines()
@@ -54,7 +55,7 @@ def test_train_end_to_end_then_reuse_and_eval(tiny_path, tmp_path, monkeypatch, 
     # (would catch an evaluation of other weights, e.g. the checkpoint of an earlier step)
     ev = subprocess.run([sys.executable, "-m", "catlib", "eval", run_dir, "--lengths", "16", "32",
                          "--eval_windows", "4", "--device", "cpu"],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert ev.returncode == 0, ev.stderr
     assert ev.stdout.splitlines() == out[i:-1]
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from catlib.cli import main
 from catlib.runs import open_run
@@ -21,7 +22,7 @@ TINY = ["--d_model", "16", "--n_heads", "2", "--n_freq", "8", "--solver", "rk4-c
 TIMEOUT = 20  # CATLIB_DDP_TIMEOUT of the launches
 
 
-def _torchrun(root, *extra, fault=None, timeout=240):
+def _torchrun(root, *extra, fault=None, timeout=600):   # a hang only: a launch takes ~15 s here
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CATLIB_DDP_TIMEOUT": str(TIMEOUT),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("CATLIB_FAULT_RANK", None)
@@ -63,7 +64,9 @@ def test_two_ranks_match_one_process_kill_and_resume(tmp_path, capsys):
     killed, seconds = _torchrun(tmp_path / "two", fault="1:2")
     assert killed.returncode != 0, killed.stderr[-3000:]
     assert "SIGKILL" in killed.stderr and "rank      : 1" in killed.stderr, killed.stderr[-3000:]
-    assert seconds < TIMEOUT + 60, seconds
+    # 12 s here, start-up included; the bound leaves a slow, loaded machine 4 minutes of
+    # start-up and is still far below gloo's default wait of 30 minutes.
+    assert seconds < TIMEOUT + 240, seconds
     (two,) = (tmp_path / "two").iterdir()
     assert two.name == one.name                           # same config hash, whatever N
     assert json.loads((two / "status.json").read_text())["status"] == "running"
@@ -79,5 +82,9 @@ def test_two_ranks_match_one_process_kill_and_resume(tmp_path, capsys):
     assert json.loads((two / "status.json").read_text())["status"] == "finished"
     a, b = _losses(one), _losses(two)
     assert len(a) == len(b) == 5
+    # float32 losses (~4.5) from other batch shapes and a gloo all-reduce: rounding apart,
+    # carried through 5 Adam steps (measured: 2 ulps); 64 ulps allowed.
+    ulps = 64 * torch.finfo(torch.float32).eps
     for (cat1, base1), (cat2, base2) in zip(a, b):
-        assert abs(cat1 - cat2) < 1e-4 and abs(base1 - base2) < 1e-4, (a, b)
+        assert cat2 == pytest.approx(cat1, rel=ulps), (a, b)
+        assert base2 == pytest.approx(base1, rel=ulps), (a, b)

@@ -5,6 +5,8 @@ draw the same dropout masks from the same seed, so train-mode parity is tested t
 Run with ``-s`` to see the measured differences.
 """
 
+import math
+
 import pytest
 import torch
 
@@ -15,6 +17,22 @@ V = 65
 SMALL = dict(d_model=32, n_heads=4, n_freq=8)
 SOLVERS = ["dopri5", "rk4-classic"]
 BASES = ["fourier", "cheb"]
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def _logit_bound(ref_logits, nfe):
+    """Two float32 implementations of one algorithm (hoisted kernels against loops) round
+    differently at each function evaluation; under dopri5 at rtol 1e-7, below float32
+    resolution, the steps follow that rounding too. Bound: an ulp of the largest logit per
+    evaluation (measured: at most a fifth of it)."""
+    return nfe * EPS32 * float(ref_logits.abs().max())
+
+
+def _penalty_rtol(model):
+    """Both penalties are float32 sums of the same positive terms, per head in Python or
+    stacked in one reduction: each within log2(terms) ulps (pairwise/cascade sums)."""
+    c = model.config
+    return math.log2(c.blocks * c.n_heads * c.n_freq ** 2) * EPS32
 
 
 def _build(basis, solver, seed=0, blocks=2, **sizes):
@@ -47,8 +65,9 @@ def test_logits_and_penalty(basis, solver):
     diff = float((logits - ref_logits).abs().max())
     _report(f"{basis}/{solver} logits max|diff| (B=3, T=16, 2 blocks)", diff)
     assert logits.shape == ref_logits.shape == (3, 16, V)
-    assert diff < 1e-5
-    torch.testing.assert_close(pen, ref_pen, rtol=1e-6, atol=0)
+    nfe = max(model.nfe["forward"], sum(b.nfe for b in reference.blocks))
+    assert diff < _logit_bound(ref_logits, nfe)
+    torch.testing.assert_close(pen, ref_pen, rtol=_penalty_rtol(model), atol=0)
     _report(f"{basis}/{solver} penalty rel diff", float(((pen - ref_pen) / ref_pen).abs()))
     if solver == "rk4-classic":
         assert model.nfe["forward"] == sum(b.nfe for b in reference.blocks) == 2 * 16
@@ -70,8 +89,9 @@ def test_logits_float64(basis, solver):
         logits, pen = model(tokens)
     diff = float((logits - ref_logits).abs().max())
     _report(f"{basis}/{solver} float64 logits max|diff|", diff)
+    # float64: an ulp of the logits per evaluation (76) is 4e-14; 1e-12 is 25 times that.
     assert logits.dtype == torch.float64 and diff < 1e-12
-    torch.testing.assert_close(pen, ref_pen, rtol=1e-14, atol=0)
+    torch.testing.assert_close(pen, ref_pen, rtol=1e-14, atol=0)    # 9 ulps of 512 terms: 2e-15
     assert model.nfe["forward"] == sum(b.nfe for b in reference.blocks)
 
 
@@ -82,7 +102,7 @@ def test_penalty_off(basis):
         logits, pen = model(_tokens(1, 5), penalty=False)
         ref_logits, _ = reference(_tokens(1, 5), penalty=False)
     assert float(pen) == 0.0
-    assert float((logits - ref_logits).abs().max()) < 1e-5
+    assert float((logits - ref_logits).abs().max()) < _logit_bound(ref_logits, model.nfe["forward"])
 
 
 @pytest.mark.parametrize("basis,solver", [("fourier", "dopri5"), ("cheb", "rk4-classic"),
@@ -97,8 +117,8 @@ def test_published_length_128(basis, solver):
         logits, pen = model(tokens)
     diff = float((logits - ref_logits).abs().max())
     _report(f"{basis}/{solver} logits max|diff| (D=64, h=8, n=16, T=128)", diff)
-    assert diff < 1e-5
-    torch.testing.assert_close(pen, ref_pen, rtol=1e-6, atol=0)
+    assert diff < _logit_bound(ref_logits, max(model.nfe["forward"], reference.blocks[0].nfe))
+    torch.testing.assert_close(pen, ref_pen, rtol=_penalty_rtol(model), atol=0)
 
 
 def test_published_default_size():
@@ -115,8 +135,8 @@ def test_published_default_size():
         logits, pen = model(tokens)
     diff = float((logits - ref_logits).abs().max())
     _report("fourier/rk4-classic logits max|diff| (published default size, T=128)", diff)
-    assert diff < 1e-5
-    torch.testing.assert_close(pen, ref_pen, rtol=1e-6, atol=0)
+    assert diff < _logit_bound(ref_logits, model.nfe["forward"])
+    torch.testing.assert_close(pen, ref_pen, rtol=_penalty_rtol(model), atol=0)
 
 
 def _loss_grads(model, tokens, targets):
@@ -160,7 +180,8 @@ def test_baseline():
         logits, pen = model(tokens)
     diff = float((logits - ref_logits).abs().max())
     _report("baseline logits max|diff|", diff)
-    assert diff < 1e-5 and float(pen) == 0.0
+    # The same torch modules (measured: 0); a few ulps allowed for the rest of the path.
+    assert diff < 8 * EPS32 * float(ref_logits.abs().max()) and float(pen) == 0.0
 
 
 def test_baseline_train_mode_drops_logits():
@@ -199,7 +220,7 @@ def test_train_mode_parity(basis):
     (ref_logits, g_ref), (logits, g) = outputs["reference"], outputs["catlib"]
     diff = float((logits - ref_logits).abs().max())
     _report(f"{basis}/rk4-classic train-mode float64 logits max|diff|", diff)
-    assert diff < 1e-12
+    assert diff < 1e-12                                   # float64, as test_logits_float64
     for name in g_ref:
         scale = float(g_ref[name].abs().max())
         torch.testing.assert_close(g[name], g_ref[name], rtol=1e-10, atol=1e-10 * scale, msg=name)

@@ -44,7 +44,9 @@ def test_metrics_and_seed(corpus):
                 "seconds", "tokens_per_s"):
         assert key in m
     assert m["step"] == 0 and m["nfe_forward"] == 8  # rk4-classic, 2 steps
+    # The loss was summed in float32: rel 1e-6 (8 ulps) covers its rounding.
     assert m["loss"] == pytest.approx(m["ce"] + 5e-7 * m["penalty"])
+    # Exact: a replay in this process, the same kernels on the same shapes.
     assert _losses(_run(corpus, steps=2)[1]) == _losses(log)
     assert _losses(_run(corpus, steps=2, seed=1)[1]) != _losses(log)
 
@@ -54,7 +56,7 @@ def test_adjoint_nfe_is_logged(corpus):
     t = SideBySide(cfg, TrainConfig(train_steps=1, batch=2, seq=16), corpus.train)
     m = t.train_step()
     assert m["nfe_forward"] > 0 and m["nfe_backward"] > 0
-    assert m["loss"] == pytest.approx(m["ce"] + 1.0 * m["penalty"])  # weight applied once
+    assert m["loss"] == pytest.approx(m["ce"] + 1.0 * m["penalty"])  # weight applied once (float32)
 
 
 def test_resume_gives_identical_losses(corpus):
@@ -76,6 +78,7 @@ def test_resume_gives_identical_losses(corpus):
     buf.seek(0)
     in_process = list(log)
     train_loop(first, log=in_process.append, echo=None, progress=False)  # continue after rewind()
+    # Exact, here and below: a resume runs the very kernels of the straight run, in this process.
     assert _losses(in_process) == _losses(straight)
     torch.manual_seed(1234)  # a fresh process would have other RNG state
     second = SideBySide(CATConfig(**TINY), TrainConfig(train_steps=4, batch=2, seq=16), corpus.train)
@@ -87,7 +90,7 @@ def test_resume_gives_identical_losses(corpus):
 def test_validation_does_not_change_training(corpus):
     _, plain = _run(corpus, steps=3)
     _, validated = _run(corpus, steps=3, val_every=1, val_windows=2)
-    assert _losses(validated) == _losses(plain)
+    assert _losses(validated) == _losses(plain)     # exact: the same training steps, replayed
     vals = [m for m in validated if m["kind"] == "val"]
     assert len(vals) == 3 and all(v["val_ce"] > 0 and v["val_base_ce"] > 0 for v in vals)
 
