@@ -39,13 +39,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .baselines import Baseline
-from .bases import basis
-from .config import BASES, CATConfig
+from .nn.baselines import Baseline
+from .nn.bases import basis
+from .nn.config import BASES, CATConfig
 from .evaluate import leak_score
-from .kernel import kernel_logits, sobolev_penalty
-from .model import CAT
-from .quadrature import neighbours
+from .nn.kernel import kernel_logits, sobolev_penalty
+from .nn.model import CAT
+from .nn.quadrature import neighbours
 from .train import penalty_weight
 
 # The defects of ALGORITHM.md, by number, as the audit names them.
@@ -61,7 +61,7 @@ DEFECTS = {
     9: "penalty charges flat kernels",
     10: "few tokens read at long T",
 }
-# The CATConfig corrections (catlib.config.CORRECTIONS) and the defects each one removes
+# The CATConfig corrections (catlib.nn.config.CORRECTIONS) and the defects each one removes
 # on its own. ``causal`` also masks the baseline, and the mask alone already makes it see
 # order (defect 2). logit_dropout is a baseline setting, not one of the ten.
 CORRECTED_BY = {
@@ -433,7 +433,7 @@ def tokens_read(model: CAT, length: int = LONG_LENGTH) -> int:
 
     Published: the Q shared nodes t_q, each interpolated from two neighbours (at most 2Q
     tokens). Causal: the nodes s_i t_q of every query i. Counted from the nodes and the
-    interpolation stencils (:func:`catlib.quadrature.neighbours`), with no [T, T] matrix.
+    interpolation stencils (:func:`catlib.nn.quadrature.neighbours`), with no [T, T] matrix.
     """
     attn = _attentions(model)[0]
     dtype = attn.stacked()[0].dtype
@@ -512,7 +512,7 @@ def logits_zeroed(config: CATConfig, length: int = 32, seed: int = 0) -> Finding
 def ablation(config: CATConfig, seed: int = 0, **audit) -> list[dict]:
     """One correction at a time, from the same initial weights.
 
-    For each field of :data:`catlib.config.CORRECTIONS`: the published variant of
+    For each field of :data:`catlib.nn.config.CORRECTIONS`: the published variant of
     ``config``, the published variant with that field corrected alone, and the causal
     variant, audited on the defects the field corrects (:data:`CORRECTED_BY`; without the
     dopri5 count). ``config``'s corrections should be left at None. Defect 9 is measured
@@ -520,7 +520,7 @@ def ablation(config: CATConfig, seed: int = 0, **audit) -> list[dict]:
     :func:`logits_zeroed`. Returns one dict per (field, defect): field, change, defect,
     and the findings ``published``, ``alone``, ``causal``.
     """
-    from .config import CORRECTIONS
+    from .nn.config import CORRECTIONS
     published = dataclasses.replace(config, variant="published")
     causal = dataclasses.replace(config, variant="causal")
     rows = []
@@ -705,7 +705,7 @@ def _read_torch_file(path: Path):
 
 
 def _load_state_dict_file(path: Path, basis: str, assumed: bool) -> AuditInput:
-    from .compat import load_published
+    from .nn.compat import load_published
     sd = _read_torch_file(path)
     if not isinstance(sd, dict):
         raise AuditError(f"{path} holds a {type(sd).__name__}, not a state_dict; {STATE_DICT_FIX}")

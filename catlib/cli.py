@@ -14,7 +14,7 @@ import sys
 
 from . import distributed
 from .audit import add_parser as add_audit_parser
-from .config import BASES, SOLVER_NAMES, VARIANTS, CATConfig
+from .nn.config import BASES, SOLVER_NAMES, VARIANTS, CATConfig
 from .data import CORPUS_CHARS, SPLITS, DataError, split_point
 from .evaluate import PUBLISHED_LENGTHS, check_settings, format_table
 from .runs import (RunError, RunInterrupted, StorageError, TrainingFailed, evaluate_run,

@@ -55,12 +55,12 @@ from typing import Callable
 import torch
 
 from . import distributed
-from .baselines import Baseline
-from .config import CATConfig
+from .nn.baselines import Baseline
+from .nn.config import CATConfig
 from .data import Corpus, DataError, load_corpus
 from .evaluate import PUBLISHED_LENGTHS, check_settings, context_table, leak_score
-from .model import CAT
-from .provenance import FINGERPRINT_MODULES, code_fingerprint, git_state, package_versions
+from .nn.model import CAT
+from .provenance import code_fingerprint, fingerprint_files, git_state, package_versions
 from .train import NonFiniteLoss, SideBySide, TrainConfig, train_loop
 
 
@@ -680,7 +680,7 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs
     settings = eval_settings(lengths, eval_windows, dropout_in_eval)
     config = {"hash": h, "model": model_config.to_dict(), "train": train_config.to_dict(),
               "eval": settings, "data_sha256": corpus.sha256,
-              "code": {"fingerprint": code, "modules": list(FINGERPRINT_MODULES)}}
+              "code": {"fingerprint": code, "files": fingerprint_files()}}
 
     # 2. An existing directory: read only, so that a damaged one is left as it is.
     existing = path.exists() and (not path.is_dir() or any(

@@ -54,8 +54,9 @@ def exact_penalty(coeffs: torch.Tensor, basis_name: str) -> torch.Tensor:
     |Lap W|^2 = tr(G2 C G0 C^T) + tr(G0 C G2 C^T) + 2 sum C_kl C_mn G1_km G1_nl.
     """
     # Cast on the CPU, then move: MPS holds no float64.
-    g0, g1, g2 = (g.to(coeffs.dtype).to(coeffs.device)
-                  for g in _gram_matrices(basis_name, coeffs.shape[-1]))
+    n = coeffs.shape[-1]
+    g0, g1, g2 = (basis_gram(basis_name, n, *d).to(coeffs.dtype).to(coeffs.device)
+                  for d in ((0, 0), (2, 0), (2, 2)))
     c = coeffs
     ss = torch.einsum("km,hkl,ln,hmn->", g2, c, g0, c)
     tt = torch.einsum("km,hkl,ln,hmn->", g0, c, g2, c)
@@ -65,19 +66,20 @@ def exact_penalty(coeffs: torch.Tensor, basis_name: str) -> torch.Tensor:
 
 @lru_cache(maxsize=None)
 @torch.inference_mode(False)
-def _gram_matrices(basis_name: str, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(G0, G1, G2)``, each ``[n, n]`` float64 on the CPU, shared by every caller.
+def basis_gram(basis_name: str, n: int, deriv_a: int = 0, deriv_b: int = 0) -> torch.Tensor:
+    """G[k, m] = integral_0^1 phi_k^(deriv_a)(t) phi_m^(deriv_b)(t) dt, ``[n, n]`` float64 on
+    the CPU, cached and shared by every caller (the 2-D and the 1-D exact penalties).
 
-    Built with inference mode off: the first call may come from an evaluation under
-    torch.inference_mode, and a float64 caller uses these very tensors (``.to`` makes
-    no copy), which must then be savable for backward.
+    Gauss-Legendre in float64 with far more nodes than the highest frequency or degree
+    needs: exact for the polynomials, to rounding for the cosines. Built with inference
+    mode off: the first call may come from an evaluation under torch.inference_mode, and
+    a float64 caller uses this very tensor (``.to`` makes no copy), which must then be
+    savable for backward.
     """
-    # Gauss-Legendre in float64 with far more nodes than the highest frequency
-    # or degree needs: exact for the polynomials, to rounding for the cosines.
     t, w = gauss_legendre(8 * n + 64)
-    p0, p2 = basis(basis_name, t, n), basis(basis_name, t, n, deriv=2)
-    gram = lambda a, b: (a * w) @ b.T  # noqa: E731  [n, n]
-    return gram(p0, p0), gram(p2, p0), gram(p2, p2)
+    a = basis(basis_name, t, n, deriv=deriv_a)
+    b = a if deriv_b == deriv_a else basis(basis_name, t, n, deriv=deriv_b)
+    return (a * w) @ b.T
 
 
 def sobolev_penalty(coeffs: torch.Tensor, basis_name: str, kind: str) -> torch.Tensor:

@@ -6,7 +6,7 @@ to the vocabulary and dropout on the logits. Corrected: causal mask,
 sinusoidal positions computed at any length, no dropout on the logits.
 
 ``baseline_positions="rope"`` or ``"alibi"`` (corrected baseline only): the
-same layers written out with :class:`~catlib.qk_attention.QKAttention`, nothing
+same layers written out with :class:`~catlib.nn.qk_attention.QKAttention`, nothing
 added to the embeddings; positions enter through rotary q/k or the ALiBi score
 bias, the two schemes a reader would pick for length extrapolation.
 ``baseline_loops`` = n applies each of those layers n times with the same weights:
