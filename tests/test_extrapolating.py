@@ -22,8 +22,8 @@ import torch.nn.functional as F
 import catlib
 from catlib.nn.attention import ContinuousAttention
 from catlib.nn.bases import basis
-from catlib.nn.distance_kernels import (ContentAttention, RelativeAttention, SpectralKernel1D,
-                                        graded_bins)
+from catlib.nn.distance_kernels import ContentAttention, RelativeAttention, graded_bins
+from catlib.nn.kernel import SpectralKernel1D
 from catlib.nn.model import make_attention
 from catlib.nn.quadrature import gauss_legendre
 

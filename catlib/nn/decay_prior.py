@@ -30,7 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .distance_kernels import ContentPlan, SpectralKernel1D
+from .distance_kernels import ContentPlan
+from .kernel import SpectralKernel1D
 from .qk_attention import QKAttention, alibi_slopes
 
 PRIORS = ("alibi", "kerple")

@@ -7,7 +7,7 @@ through one fixed map (c = ``kernel_scale``, D = ``kernel_horizon``, independent
 
     psi(d) = log(1 + d / c),   u(d) = min(1, psi(d) / psi(D)),   d = i - j >= 0.
 
-Each head's kernel is a 1-D spectral expansion on [0, 1] (:class:`SpectralKernel1D`),
+Each head's kernel is a 1-D spectral expansion on [0, 1] (:class:`.kernel.SpectralKernel1D`),
 k(u) = softplus(log_scale) * sum_k a_k phi_k(u), penalised by the exact squared H^2
 seminorm integral_0^1 k''(u)^2 du (zero for a constant kernel).
 
@@ -62,7 +62,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kernel import basis_gram, check_kernel_args
+from .kernel import SpectralKernel1D
 from .qk_attention import CausalBias, QKAttention
 
 # Up to this length the relative operator mixes with one dense [h, T, T] matrix
@@ -117,73 +117,7 @@ def graded_bins(q: int, scale: float, horizon: float) -> tuple[tuple[int, ...], 
     return tuple(starts), tuple(stops), tuple(nodes)
 
 
-# ----------------------------------------------------------------- the kernels
-
-class SpectralKernel1D(nn.Module):
-    """All heads' 1-D kernels k_h(u) = softplus(log_scale_h) * sum_k a_hk phi_k(u), u in [0, 1].
-
-    Parameters ``coeffs [h, n]`` (init 0.01 N(0, 1), as the published Kernel2D) and
-    ``log_scale [h, 1]`` (init 0). ``basis``: "cosine" (half-range), "fourier" or "cheb".
-    ``penalty``: "exact", sum_h integral_0^1 k_h''(u)^2 du without the scale (as Kernel2D),
-    or "published", the published weights on one axis, sum (2 pi k)^4 a_k^2.
-    """
-
-    def __init__(self, n_heads: int, n_freq: int, basis: str = "cosine", penalty: str = "exact"):
-        super().__init__()
-        check_kernel_args(n_freq, basis, penalty)
-        self.n_freq, self.basis, self.penalty = n_freq, basis, penalty
-        self.coeffs = nn.Parameter(0.01 * torch.randn(n_heads, n_freq))
-        self.log_scale = nn.Parameter(torch.zeros(n_heads, 1))
-
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
-        """``u`` of any shape S (in the coefficients' dtype) -> ``[h, *S]``.
-
-        Every basis here is a Chebyshev series in x = cos(omega u) (cosines: cos(k omega u)
-        = T_k(cos omega u)) or x = 2u - 1 (cheb), so the basis comes from the three-term
-        recurrence: one cosine per point instead of n (the content bias evaluates
-        millions of points).
-        """
-        flat = u.detach().reshape(-1)          # positions carry no gradient
-        if self.basis == "cheb":
-            x = 2.0 * flat - 1.0
-        else:
-            x = torch.cos((2.0 if self.basis == "fourier" else 1.0) * math.pi * flat)
-        phi = x.new_empty(self.n_freq, x.numel())                                 # [n, |S|]
-        phi[0] = 1.0
-        if self.n_freq > 1:
-            phi[1] = x
-        for k in range(2, self.n_freq):
-            torch.mul(x, phi[k - 1], out=phi[k])
-            phi[k].mul_(2.0).sub_(phi[k - 2])
-        k = ((self.coeffs / math.sqrt(self.n_freq)) @ phi).reshape(-1, *u.shape)
-        return F.softplus(self.log_scale).reshape(-1, *([1] * u.dim())) * k
-
-    def curvature_bound(self) -> torch.Tensor:
-        """An upper bound of max_u |k_h''(u)| per head, ``[h]``: s_h / sqrt(n) * sum_k
-        |a_hk| max |phi_k''|, with max |phi_k''| = (omega k)^2 for cosines (omega = pi, or
-        2 pi for "fourier") and 4 k^2 (k^2 - 1) / 3 for Chebyshev (Markov, x = 2u - 1)."""
-        c = self.coeffs.detach()
-        k = torch.arange(self.n_freq, dtype=c.dtype, device=c.device)
-        if self.basis == "cheb":
-            top = 4.0 * k ** 2 * (k ** 2 - 1).clamp(min=0) / 3.0
-        else:
-            top = ((2.0 if self.basis == "fourier" else 1.0) * math.pi * k) ** 2
-        scale = F.softplus(self.log_scale.detach())[:, 0]
-        return scale * (c.abs() @ top) / math.sqrt(self.n_freq)
-
-    def sobolev_penalty(self) -> torch.Tensor:
-        c = self.coeffs
-        if self.penalty == "published":
-            k = torch.arange(self.n_freq, dtype=c.dtype, device=c.device)
-            return ((2 * math.pi * k) ** 4 * c ** 2).sum()
-        # Cast on the CPU, then move: MPS holds no float64.
-        g2 = basis_gram(self.basis, self.n_freq, 2, 2).to(c.dtype).to(c.device)
-        return torch.einsum("hk,km,hm->", c, g2, c)
-
-    def extra_repr(self) -> str:
-        return (f"n_heads={self.coeffs.shape[0]}, n_freq={self.n_freq}, basis={self.basis!r}, "
-                f"penalty={self.penalty!r}")
-
+# ----------------------------------------------------------------- basis of both kernels
 
 def _basis_name(basis_name: str, half_range_cosine: bool) -> str:
     if basis_name not in ("fourier", "cheb"):

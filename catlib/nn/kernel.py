@@ -1,9 +1,11 @@
-"""Kernel2D: one head's attention kernel W(s, t) in a truncated spectral basis.
+"""Spectral kernels: CAT's 2-D kernel W(s, t) and the 1-D kernel k(u) of the distance kernels.
 
 W(s, t) = softplus(log_scale) * sum_kl C[k, l] phi_k(s) phi_l(t), made
 row-stochastic by a softmax over the integration nodes. The functions here
 work on a stack of heads at once (coefficients ``[h, n, n]``); ``Kernel2D``
 is the per-head module whose parameter names match the published checkpoints.
+``SpectralKernel1D`` holds all heads' k_h(u) = softplus(log_scale_h) sum_k a_hk phi_k(u).
+Both exact penalties integrate Gram matrices of basis derivatives (:func:`basis_gram`).
 """
 from __future__ import annotations
 
@@ -129,3 +131,69 @@ class Kernel2D(nn.Module):
 
     def extra_repr(self) -> str:
         return f"n_freq={self.n_freq}, basis={self.basis!r}, penalty={self.penalty!r}"
+
+
+class SpectralKernel1D(nn.Module):
+    """All heads' 1-D kernels k_h(u) = softplus(log_scale_h) * sum_k a_hk phi_k(u), u in [0, 1].
+
+    Parameters ``coeffs [h, n]`` (init 0.01 N(0, 1), as the published Kernel2D) and
+    ``log_scale [h, 1]`` (init 0). ``basis``: "cosine" (half-range), "fourier" or "cheb".
+    ``penalty``: "exact", sum_h integral_0^1 k_h''(u)^2 du without the scale (as Kernel2D),
+    or "published", the published weights on one axis, sum (2 pi k)^4 a_k^2.
+    """
+
+    def __init__(self, n_heads: int, n_freq: int, basis: str = "cosine", penalty: str = "exact"):
+        super().__init__()
+        check_kernel_args(n_freq, basis, penalty)
+        self.n_freq, self.basis, self.penalty = n_freq, basis, penalty
+        self.coeffs = nn.Parameter(0.01 * torch.randn(n_heads, n_freq))
+        self.log_scale = nn.Parameter(torch.zeros(n_heads, 1))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        """``u`` of any shape S (in the coefficients' dtype) -> ``[h, *S]``.
+
+        Every basis here is a Chebyshev series in x = cos(omega u) (cosines: cos(k omega u)
+        = T_k(cos omega u)) or x = 2u - 1 (cheb), so the basis comes from the three-term
+        recurrence: one cosine per point instead of n (the content bias evaluates
+        millions of points).
+        """
+        flat = u.detach().reshape(-1)          # positions carry no gradient
+        if self.basis == "cheb":
+            x = 2.0 * flat - 1.0
+        else:
+            x = torch.cos((2.0 if self.basis == "fourier" else 1.0) * math.pi * flat)
+        phi = x.new_empty(self.n_freq, x.numel())                                 # [n, |S|]
+        phi[0] = 1.0
+        if self.n_freq > 1:
+            phi[1] = x
+        for k in range(2, self.n_freq):
+            torch.mul(x, phi[k - 1], out=phi[k])
+            phi[k].mul_(2.0).sub_(phi[k - 2])
+        k = ((self.coeffs / math.sqrt(self.n_freq)) @ phi).reshape(-1, *u.shape)
+        return F.softplus(self.log_scale).reshape(-1, *([1] * u.dim())) * k
+
+    def curvature_bound(self) -> torch.Tensor:
+        """An upper bound of max_u |k_h''(u)| per head, ``[h]``: s_h / sqrt(n) * sum_k
+        |a_hk| max |phi_k''|, with max |phi_k''| = (omega k)^2 for cosines (omega = pi, or
+        2 pi for "fourier") and 4 k^2 (k^2 - 1) / 3 for Chebyshev (Markov, x = 2u - 1)."""
+        c = self.coeffs.detach()
+        k = torch.arange(self.n_freq, dtype=c.dtype, device=c.device)
+        if self.basis == "cheb":
+            top = 4.0 * k ** 2 * (k ** 2 - 1).clamp(min=0) / 3.0
+        else:
+            top = ((2.0 if self.basis == "fourier" else 1.0) * math.pi * k) ** 2
+        scale = F.softplus(self.log_scale.detach())[:, 0]
+        return scale * (c.abs() @ top) / math.sqrt(self.n_freq)
+
+    def sobolev_penalty(self) -> torch.Tensor:
+        c = self.coeffs
+        if self.penalty == "published":
+            k = torch.arange(self.n_freq, dtype=c.dtype, device=c.device)
+            return ((2 * math.pi * k) ** 4 * c ** 2).sum()
+        # Cast on the CPU, then move: MPS holds no float64.
+        g2 = basis_gram(self.basis, self.n_freq, 2, 2).to(c.dtype).to(c.device)
+        return torch.einsum("hk,km,hm->", c, g2, c)
+
+    def extra_repr(self) -> str:
+        return (f"n_heads={self.coeffs.shape[0]}, n_freq={self.n_freq}, basis={self.basis!r}, "
+                f"penalty={self.penalty!r}")
