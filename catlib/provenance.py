@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -48,6 +49,21 @@ def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
     status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
                  *(f":(exclude){p}" for p in ignore))
     return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+
+
+def environment(packages, device=None, root: Path = REPO_ROOT) -> dict:
+    """Where a result is computed: Python, platform, usable CPUs, the versions of
+    ``packages`` (None where absent) and the git state of ``root``; with a ``device``,
+    its type and name and torch's thread count. Runs write it to ``env.json``, the book
+    runner to its report."""
+    env = {"python": platform.python_version(), "platform": platform.platform(),
+           "cpus": usable_cpus(), "versions": package_versions(packages), "git": git_state(root)}
+    if device is not None:
+        import torch
+        env["device"] = {"type": device.type, "name": (torch.cuda.get_device_name(device)
+                                                       if device.type == "cuda" else str(device))}
+        env["torch_threads"] = torch.get_num_threads()
+    return env
 
 
 # What decides a run's trained weights and its evaluation, and so enters its fingerprint:
