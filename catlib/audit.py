@@ -515,17 +515,17 @@ def ablation(config: CATConfig, seed: int = 0, **audit) -> list[dict]:
     published = dataclasses.replace(config, variant="published")
     causal = dataclasses.replace(config, variant="causal")
     rows = []
-    for field, (before, after) in CORRECTIONS.items():
-        basis = "cheb" if field == "penalty" else config.basis
+    for name, (before, after) in CORRECTIONS.items():
+        basis = "cheb" if name == "penalty" else config.basis
         configs = [dataclasses.replace(c, basis=basis) for c in
-                   (published, dataclasses.replace(published, **{field: after}), causal)]
-        if CORRECTED_BY[field]:
-            audits = [audit_model(build_cat(c, seed), only=CORRECTED_BY[field], seed=seed,
+                   (published, dataclasses.replace(published, **{name: after}), causal)]
+        if CORRECTED_BY[name]:
+            audits = [audit_model(build_cat(c, seed), only=CORRECTED_BY[name], seed=seed,
                                   nfe=False, **audit) for c in configs]
         else:
             audits = [[logits_zeroed(c.resolved(), seed=seed)] for c in configs]
         for found in zip(*audits):
-            rows.append(dict(field=field, change=f"{before} → {after}", defect=found[0].defect,
+            rows.append(dict(field=name, change=f"{before} → {after}", defect=found[0].defect,
                              published=found[0], alone=found[1], causal=found[2]))
     return rows
 
