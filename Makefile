@@ -17,7 +17,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # Device of `make book`: auto (CUDA, then MPS, then CPU), cpu, cuda or mps.
 DEVICE ?= auto
 
-.PHONY: venv test unit clean book book-smoke nbval nbval-refs browser bench gpu-check test-portable unit-portable
+.PHONY: venv test lint unit clean book book-smoke nbval nbval-refs browser bench gpu-check test-portable unit-portable
 
 venv: $(STAMP)
 
@@ -55,7 +55,11 @@ nbval-refs: venv
 browser: venv
 	$(PY) -m pytest -q -rs tests/test_book.py -k "browser or mathjax or fits"
 
-test: unit nbval book-smoke browser
+# Lint: ruff with the settings of pyproject.toml ([tool.ruff]).
+lint: venv
+	$(PY) -m ruff check catlib tests benchmarks
+
+test: lint unit nbval book-smoke browser
 
 # The unit tests and the nbval checks again under another CPU kernel dispatch (ATen's plain
 # C++ kernels, not this CPU's AVX2/AVX-512 ones) and one thread, set for every worker

@@ -132,10 +132,10 @@ def case_attention(length: int, causal: bool, linear_path: bool = False) -> dict
     ``linear_path`` forces the causal operator's gather path at every length (the
     library uses a dense matmul up to ``DENSE_CAUSAL_MAX``, faster there).
     """
-    import catlib.attention
+    import catlib.nn.attention
 
     if linear_path:
-        catlib.attention.DENSE_CAUSAL_MAX = 0
+        catlib.nn.attention.DENSE_CAUSAL_MAX = 0
     torch.manual_seed(0)
     attn = catlib.ContinuousAttention(128, 8, 32, causal=causal, normalised_integral=causal,
                                       dropout=0.0)

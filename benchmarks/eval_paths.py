@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from catlib import baselines
-from catlib.baselines import Baseline
-from catlib.config import CATConfig
+from catlib.nn import baselines
+from catlib.nn.baselines import Baseline
+from catlib.nn.config import CATConfig
 from catlib.data import load_corpus
 from catlib.extrapolation import position_ce
 

@@ -1,15 +1,15 @@
 """catlib: the Continuous Attention Transformer, published and corrected."""
-from .attention import ContinuousAttention
-from .baselines import Baseline
-from .compat import load_published, load_published_baseline
-from .config import CATConfig
+from .nn.attention import ContinuousAttention
+from .nn.baselines import Baseline
+from .nn.compat import load_published, load_published_baseline
+from .nn.config import CATConfig
 from .data import load_corpus
 from .evaluate import leak_score
-from .kernel import Kernel2D
-from .model import CAT
-from .quadrature import gauss_legendre
+from .nn.kernel import Kernel2D
+from .nn.model import CAT
+from .nn.quadrature import gauss_legendre
 from .runs import open_run, train_run
-from .solvers import SOLVERS, integrate
+from .nn.solvers import SOLVERS, integrate
 from .train import TrainConfig
 
 __all__ = [

@@ -24,28 +24,27 @@ and the fix. Command line::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
-import pickle
 import re
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from .baselines import Baseline
-from .bases import basis
-from .config import BASES, CATConfig
-from .evaluate import leak_score
-from .kernel import kernel_logits, sobolev_penalty
-from .model import CAT
-from .quadrature import neighbours
+from .devices import DEVICES, DeviceError, resolve_device
+from .nn.baselines import Baseline
+from .nn.bases import basis
+from .nn.config import BASES, CATConfig
+from .evaluate import leak_score, seeded
+from .nn.kernel import kernel_logits, sobolev_penalty
+from .nn.model import CAT
+from .nn.quadrature import neighbours
+from .tensorfile import TensorFileError, load_tensors
 from .train import penalty_weight
 
 # The defects of ALGORITHM.md, by number, as the audit names them.
@@ -61,7 +60,7 @@ DEFECTS = {
     9: "penalty charges flat kernels",
     10: "few tokens read at long T",
 }
-# The CATConfig corrections (catlib.config.CORRECTIONS) and the defects each one removes
+# The CATConfig corrections (catlib.nn.config.CORRECTIONS) and the defects each one removes
 # on its own. ``causal`` also masks the baseline, and the mask alone already makes it see
 # order (defect 2). logit_dropout is a baseline setting, not one of the ten.
 CORRECTED_BY = {
@@ -142,14 +141,6 @@ def _copy(model: torch.nn.Module, **config) -> torch.nn.Module:
     return work.to(device=param.device, dtype=param.dtype).train(model.training)
 
 
-@contextlib.contextmanager
-def _seeded(seed: int, device: torch.device):
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
-
-
 def _tokens(vocab: int, batch: int, length: int, seed: int, device) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(vocab, (batch, length), generator=g).to(device)
@@ -198,7 +189,7 @@ def baseline_positions(model: CAT, baseline=None, length: int = 32, seed: int = 
     _check_model(model)
     built = baseline is None
     if built:
-        with _seeded(seed, torch.device("cpu")):
+        with seeded(seed, torch.device("cpu")):
             baseline = Baseline(model.config)
     gap = permutation_gap(baseline, length, seed)
     where = "a baseline built from the CAT's config" if built else "the baseline given"
@@ -298,7 +289,7 @@ def dopri5_nfe(model: CAT, tokens: torch.Tensor, train: bool, *, rtol: float = 1
     hooks = [block.ff.register_forward_pre_hook(deadline) for block in work.blocks]
     finished = True
     try:
-        with torch.no_grad(), _seeded(0, tokens.device):
+        with torch.no_grad(), seeded(0, tokens.device):
             work(tokens, penalty=False)
     except _OutOfTime:
         finished = False
@@ -318,7 +309,7 @@ def rhs_gap(model: CAT, length: int = 32, seed: int = 0) -> float:
     training mode: 0 unless the dynamics draw random numbers (dropout inside)."""
     work = _copy(model).train()
     x = _tokens(model.config.vocab_size, 2, length, seed, _device(work))
-    with torch.no_grad(), _seeded(seed, x.device):
+    with torch.no_grad(), seeded(seed, x.device):
         h = work.embed(x)
         return (work.blocks[0].rhs(h) - work.blocks[0].rhs(h)).abs().max().item()
 
@@ -355,7 +346,7 @@ def dropout_ce_shift(model: torch.nn.Module, tokens: torch.Tensor, seed: int = 0
         with torch.no_grad():
             logits = work(x)[0].cpu().double()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).cpu()).item()
-    with _seeded(seed, tokens.device):
+    with seeded(seed, tokens.device):
         on, off, again = ce(True), ce(False), ce(False)
     return on - off, abs(off - again)
 
@@ -433,7 +424,7 @@ def tokens_read(model: CAT, length: int = LONG_LENGTH) -> int:
 
     Published: the Q shared nodes t_q, each interpolated from two neighbours (at most 2Q
     tokens). Causal: the nodes s_i t_q of every query i. Counted from the nodes and the
-    interpolation stencils (:func:`catlib.quadrature.neighbours`), with no [T, T] matrix.
+    interpolation stencils (:func:`catlib.nn.quadrature.neighbours`), with no [T, T] matrix.
     """
     attn = _attentions(model)[0]
     dtype = attn.stacked()[0].dtype
@@ -492,7 +483,7 @@ def audit_model(model: CAT, baseline=None, *, only=None, length: int = 64,
 def build_cat(config: CATConfig, seed: int = 0, device=None) -> CAT:
     """A fresh CAT with the initial weights of ``seed``: configurations that differ only
     in corrections get identical weights (the global RNG is left as it was)."""
-    with _seeded(seed, torch.device("cpu")):
+    with seeded(seed, torch.device("cpu")):
         model = CAT(config)
     return model.to(device) if device is not None else model
 
@@ -500,7 +491,7 @@ def build_cat(config: CATConfig, seed: int = 0, device=None) -> CAT:
 def logits_zeroed(config: CATConfig, length: int = 32, seed: int = 0) -> Finding:
     """The published baseline's dropout on its logits (a setting of the published script,
     not one of the ten): the share of logits that are exactly 0 in training mode."""
-    with _seeded(seed, torch.device("cpu")):
+    with seeded(seed, torch.device("cpu")):
         base = Baseline(config).train()
         x = _tokens(config.vocab_size, 2, length, seed, "cpu")
         with torch.no_grad():
@@ -512,7 +503,7 @@ def logits_zeroed(config: CATConfig, length: int = 32, seed: int = 0) -> Finding
 def ablation(config: CATConfig, seed: int = 0, **audit) -> list[dict]:
     """One correction at a time, from the same initial weights.
 
-    For each field of :data:`catlib.config.CORRECTIONS`: the published variant of
+    For each field of :data:`catlib.nn.config.CORRECTIONS`: the published variant of
     ``config``, the published variant with that field corrected alone, and the causal
     variant, audited on the defects the field corrects (:data:`CORRECTED_BY`; without the
     dopri5 count). ``config``'s corrections should be left at None. Defect 9 is measured
@@ -520,21 +511,21 @@ def ablation(config: CATConfig, seed: int = 0, **audit) -> list[dict]:
     :func:`logits_zeroed`. Returns one dict per (field, defect): field, change, defect,
     and the findings ``published``, ``alone``, ``causal``.
     """
-    from .config import CORRECTIONS
+    from .nn.config import CORRECTIONS
     published = dataclasses.replace(config, variant="published")
     causal = dataclasses.replace(config, variant="causal")
     rows = []
-    for field, (before, after) in CORRECTIONS.items():
-        basis = "cheb" if field == "penalty" else config.basis
+    for name, (before, after) in CORRECTIONS.items():
+        basis = "cheb" if name == "penalty" else config.basis
         configs = [dataclasses.replace(c, basis=basis) for c in
-                   (published, dataclasses.replace(published, **{field: after}), causal)]
-        if CORRECTED_BY[field]:
-            audits = [audit_model(build_cat(c, seed), only=CORRECTED_BY[field], seed=seed,
+                   (published, dataclasses.replace(published, **{name: after}), causal)]
+        if CORRECTED_BY[name]:
+            audits = [audit_model(build_cat(c, seed), only=CORRECTED_BY[name], seed=seed,
                                   nfe=False, **audit) for c in configs]
         else:
             audits = [[logits_zeroed(c.resolved(), seed=seed)] for c in configs]
         for found in zip(*audits):
-            rows.append(dict(field=field, change=f"{before} → {after}", defect=found[0].defect,
+            rows.append(dict(field=name, change=f"{before} → {after}", defect=found[0].defect,
                              published=found[0], alone=found[1], causal=found[2]))
     return rows
 
@@ -689,23 +680,16 @@ def _read_torch_file(path: Path):
         raise AuditError(f"{path} is not a PyTorch file (neither a torch.save zip nor a pickle); "
                          f"{STATE_DICT_FIX}")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        wanted = re.search(r"GLOBAL (\S+)", str(err))
-        what = (f"it asks for the Python object {wanted.group(1)}" if wanted
-                else "it is not a torch.save file of tensors and plain containers")
-        raise AuditError(f"{path} was refused by torch.load(weights_only=True): {what}; the audit "
-                         f"loads tensors only, so {STATE_DICT_FIX}") from None
-    except Exception as err:  # noqa: BLE001 - a corrupt or foreign file: one line
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise AuditError(f"{path} cannot be read by torch.load ({type(err).__name__}: {first[:120]}); "
-                         f"{STATE_DICT_FIX}") from None
+        return load_tensors(path, "cpu")
+    except TensorFileError as err:
+        if err.refused:
+            raise AuditError(f"{path} was refused by torch.load(weights_only=True): {err}; the "
+                             f"audit loads tensors only, so {STATE_DICT_FIX}") from None
+        raise AuditError(f"{path} cannot be read by torch.load ({err}); {STATE_DICT_FIX}") from None
 
 
 def _load_state_dict_file(path: Path, basis: str, assumed: bool) -> AuditInput:
-    from .compat import load_published
+    from .nn.compat import load_published
     sd = _read_torch_file(path)
     if not isinstance(sd, dict):
         raise AuditError(f"{path} holds a {type(sd).__name__}, not a state_dict; {STATE_DICT_FIX}")
@@ -752,20 +736,6 @@ def _key_problems(message: str) -> str:
 # ------------------------------------------------------------------ command line
 
 PROG = "python -m catlib audit"
-DEVICES = ("auto", "cpu", "cuda", "mps")
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    """"auto": cuda, then mps, then cpu (:func:`catlib.runs.resolve_device`); an unknown or
-    absent device raises AuditError."""
-    from .runs import RunError, resolve_device as resolve
-
-    try:
-        return resolve(name)
-    except RunError as e:
-        raise AuditError(str(e)) from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("path", metavar="PATH",
                         help="a state_dict file of the published CAT (torch.save(model.state_dict(), "
@@ -801,7 +771,7 @@ def run_command(args, prog: str = PROG) -> int:
         device = resolve_device(args.device)
         loaded = load_for_audit(args.path, args.basis, device)
         findings = audit_model(loaded.model, loaded.baseline, nfe=not args.no_nfe)
-    except AuditError as err:
+    except (AuditError, DeviceError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     if args.json:

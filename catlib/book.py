@@ -33,7 +33,6 @@ import ast
 import contextlib
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -44,9 +43,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
+from .devices import DEVICES, DeviceError, resolve_device
+from .provenance import environment
+
 # Parameters every notebook declares; the runner sets them, profiles may not.
 COMMON_PARAMETERS = ("device", "profile", "figure_dir")
-DEVICES = ("auto", "cpu", "cuda", "mps")
 FIGURE_DIR = "book/figures"  # relative to the repository root; cross-page figures go here
 
 # The experiment of notebooks 05, 06 and 08 (and the split study of 07): one set of sizes
@@ -239,18 +240,6 @@ def _papermill_names(path: Path) -> list[str]:
         logger.setLevel(level)
 
 
-def resolve_device(name: str) -> str:
-    """``auto`` -> cuda, mps or cpu (the first present); a device that is absent raises BookError."""
-    from .runs import RunError, resolve_device as resolve
-
-    if name not in DEVICES:
-        raise BookError(f"unknown device {name!r}; choose one of {list(DEVICES)}")
-    try:
-        return resolve(name).type
-    except RunError as e:
-        raise BookError(f"device {name!r} is not present on this machine ({e})") from None
-
-
 # ------------------------------------------------------------------ running
 
 def _failed_cell(err: Exception, executed: Path) -> str:
@@ -427,7 +416,9 @@ def run(profile: str, device: str = "auto", only: Iterable[str] | None = None, *
     unknown = [n for n in selected if n not in names]
     if unknown:
         raise BookError(f"unknown notebook(s) {unknown}; the book has {names}")
-    dev = resolve_device(device)
+    if device not in DEVICES:
+        raise BookError(f"unknown device {device!r}; choose one of {list(DEVICES)}")
+    dev = resolve_device(device).type
     output_dir = output_dir or root / "book" / "notebooks"
     # Leftovers of a build killed while a notebook landed (older runners staged here too).
     for stale in (*output_dir.glob(".*.landing.ipynb"), *output_dir.glob(".*.running.ipynb")):
@@ -541,17 +532,9 @@ def _now() -> str:
 
 # ------------------------------------------------------------------ reproducibility report
 
-def environment(root: Path) -> dict:
-    """Package versions, platform and git commit for the reproducibility page."""
-    from .provenance import git_state, package_versions, usable_cpus
-
-    versions = package_versions(("catlib", "torch", "torchdiffeq", "numpy", "matplotlib",
-                                 "papermill", "jupyter-book", "myst-nb", "sphinx", "nbval"))
-    git = git_state(root)
-    return {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus": usable_cpus(),
-            "versions": {k: v or "not installed" for k, v in versions.items()},
-            "git_commit": git["commit"], "git_dirty": git["dirty"]}
+# The packages whose versions the run report records.
+BOOK_PACKAGES = ("catlib", "torch", "torchdiffeq", "numpy", "matplotlib", "papermill",
+                 "jupyter-book", "myst-nb", "sphinx", "nbval")
 
 
 def _update_report(root: Path, records: list[Record]) -> None:
@@ -561,7 +544,7 @@ def _update_report(root: Path, records: list[Record]) -> None:
     data = json.loads(path.read_text()) if path.exists() else {"notebooks": {}}
     for record in records:
         data["notebooks"][record.notebook] = asdict(record)
-    data["environment"] = environment(root)
+    data["environment"] = environment(BOOK_PACKAGES, root=root)
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
     (folder / "run_report.md").write_text(render_report(data, root))
     (folder / "profiles.md").write_text(render_profiles())
@@ -600,14 +583,14 @@ def render_report(data: dict, root: Path) -> str:
     total = sum(r["seconds"] for r in rows if r["seconds"] == r["seconds"])
     lines += ["", f"Total run time: {total:.0f} s.", ""]
     env = data["environment"]
-    commit = env["git_commit"] or "unknown (not a git checkout)"
-    if env["git_dirty"]:
+    commit = env["git"]["commit"] or "unknown (not a git checkout)"
+    if env["git"]["dirty"]:
         commit += " (with uncommitted changes)"
     lines += ["| | |", "|---|---|",
               f"| git commit | `{commit}` |",
               f"| Python | {env['python']} |",
               f"| platform | `{env['platform']}`, {env['cpus']} CPUs |"]
-    lines += [f"| {pkg} | {ver} |" for pkg, ver in env["versions"].items()]
+    lines += [f"| {pkg} | {ver or 'not installed'} |" for pkg, ver in env["versions"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -765,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             raise BookError(f"not executed yet: {missing}; run without --only/--build-only first")
         first = build(root)
-    except BookError as err:
+    except (BookError, DeviceError) as err:
         print(f"[book] error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

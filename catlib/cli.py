@@ -14,11 +14,12 @@ import sys
 
 from . import distributed
 from .audit import add_parser as add_audit_parser
-from .config import BASES, SOLVER_NAMES, VARIANTS, CATConfig
+from .nn.config import BASES, SOLVER_NAMES, VARIANTS, CATConfig
 from .data import CORPUS_CHARS, SPLITS, DataError, split_point
 from .evaluate import PUBLISHED_LENGTHS, check_settings, format_table
+from .devices import DeviceError, resolve_device
 from .runs import (RunError, RunInterrupted, StorageError, TrainingFailed, evaluate_run,
-                   open_run, resolve_device, train_run)
+                   open_run, train_run)
 from .train import MODELS, TrainConfig
 
 CPU_HINT = """\
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
-    except (RunError, DataError) as err:
+    except (RunError, DataError, DeviceError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except TrainingFailed as err:

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from .baselines import _without_mha_fastpath
+from .nn.baselines import _without_mha_fastpath
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -67,7 +67,7 @@ def _float64(t: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def _seeded(seed: int | None, device: torch.device):
+def seeded(seed: int | None, device: torch.device):
     """Run the block with torch seeded by ``seed`` and restore the global RNG state after
     (CPU and the device's), so that a seeded evaluation changes nobody's randomness.
     ``seed=None``: the global RNG as it is."""
@@ -125,7 +125,7 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
     per_batch = windows_per_batch(length, batch_tokens)
     total = 0.0
     with _mode(model, dropout_in_eval), torch.inference_mode(), \
-            _seeded(seed if dropout_in_eval else None, device):
+            seeded(seed if dropout_in_eval else None, device):
         for i in range(0, n, per_batch):
             xb, yb = x[i:i + per_batch].to(device), y[i:i + per_batch].to(device)
             logits = model(xb)[0]

@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from .config import PRIOR_KERNELS, CATConfig
+from .nn.config import PRIOR_KERNELS, CATConfig
 from .data import Corpus, load_corpus
 from .evaluate import context_table, n_windows
 from .extrapolation import position_ce

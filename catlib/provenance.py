@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -50,35 +51,68 @@ def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
     return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
 
 
-# The catlib modules whose source determines a run's trained weights or its evaluation:
-# the models and everything they are built from, the training loop, the data pipeline and
-# the evaluation protocol. A module that defines a model must be listed here (a test checks
-# that every nn.Module of catlib lives in a listed module); add new ones to the tuple.
-# Not listed: runs, cli, provenance, compat, book (files, command line, reporting).
-FINGERPRINT_MODULES = (
-    "config", "bases", "quadrature", "kernel", "attention", "solvers", "model", "baselines",
-    "train", "data", "evaluate", "extrapolating", "qk_attention", "decay_prior",
-)
+def environment(packages, device=None, root: Path = REPO_ROOT) -> dict:
+    """Where a result is computed: Python, platform, usable CPUs, the versions of
+    ``packages`` (None where absent) and the git state of ``root``; with a ``device``,
+    its type and name and torch's thread count. Runs write it to ``env.json``, the book
+    runner to its report."""
+    env = {"python": platform.python_version(), "platform": platform.platform(),
+           "cpus": usable_cpus(), "versions": package_versions(packages), "git": git_state(root)}
+    if device is not None:
+        import torch
+        env["device"] = {"type": device.type, "name": (torch.cuda.get_device_name(device)
+                                                       if device.type == "cuda" else str(device))}
+        env["torch_threads"] = torch.get_num_threads()
+    return env
+
+
+# What decides a run's trained weights and its evaluation, and so enters its fingerprint:
+# - every file of the method package ``catlib/nn/`` (bases, quadrature, kernels, attentions,
+#   baselines, the model, solvers, the model configuration, the published loader), found
+#   by listing the folder, so that a module added there cannot be left out;
+# - the top-level modules that train, feed and score those models: ``train`` (the loop,
+#   the loss, the seeds), ``data`` (corpus, split, batches) and ``evaluate`` (the protocol).
+# Everything else (runs, cli, provenance, book, audit, experiment, report, ...) handles
+# files, the command line and reporting, and changes no weight and no score. A module that
+# defines an nn.Module belongs in nn/ (a test checks it).
+FINGERPRINT_PACKAGE = "nn"
+FINGERPRINT_MODULES = ("train", "data", "evaluate")
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+def fingerprint_files(modules: tuple[str, ...] | None = None) -> list[str]:
+    """The files a fingerprint reads, as sorted paths relative to the package directory.
+
+    Default: every file below ``nn/`` (but ``__pycache__`` and hidden files), then the
+    FINGERPRINT_MODULES; with ``modules``, just those top-level modules.
+    """
+    tops = [f"{name}.py" for name in (FINGERPRINT_MODULES if modules is None else modules)]
+    if modules is not None:
+        return tops
+    folder = PACKAGE_DIR / FINGERPRINT_PACKAGE
+    inside = sorted(p.relative_to(PACKAGE_DIR).as_posix() for p in folder.rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts
+                    and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    return inside + tops
+
+
 def code_fingerprint(modules: tuple[str, ...] | None = None) -> str:
-    """SHA-256 (16 hex digits) of the source of ``modules`` (default FINGERPRINT_MODULES).
+    """SHA-256 (16 hex digits) of the files of :func:`fingerprint_files` (paths and contents).
 
     Runs record it (config.json, eval.json) and it enters the run's config hash, so that a
     change to model, training, data or evaluation code gives a new run instead of reusing
-    one trained by other code. Computed once per process for each tuple: the code that is
-    running is the code that was read at the first call, not whatever is on disk later.
-    A listed module without a file counts as "missing" (a module not yet written).
+    one trained by other code. Computed once per process for each ``modules``: the code
+    that is running is the code that was read at the first call, not whatever is on disk
+    later. A listed module without a file counts as "missing" (a module not yet written).
     """
-    return _fingerprint(tuple(FINGERPRINT_MODULES if modules is None else modules))
+    return _fingerprint(None if modules is None else tuple(modules))
 
 
 @functools.lru_cache(maxsize=None)
-def _fingerprint(modules: tuple[str, ...]) -> str:
+def _fingerprint(modules: tuple[str, ...] | None) -> str:
     h = hashlib.sha256()
-    for name in modules:
-        path = PACKAGE_DIR / f"{name}.py"
+    for name in fingerprint_files(modules):
+        path = PACKAGE_DIR / name
         source = path.read_bytes() if path.is_file() else b"missing"
         h.update(f"{name}\0{len(source)}\0".encode() + source)
     return h.hexdigest()[:16]

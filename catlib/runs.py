@@ -39,15 +39,11 @@ import io
 import json
 import math
 import os
-import pickle
-import platform
-import re
 import signal
 import socket
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -55,12 +51,14 @@ from typing import Callable
 import torch
 
 from . import distributed
-from .baselines import Baseline
-from .config import CATConfig
+from .nn.baselines import Baseline
+from .nn.config import CATConfig
 from .data import Corpus, DataError, load_corpus
 from .evaluate import PUBLISHED_LENGTHS, check_settings, context_table, leak_score
-from .model import CAT
-from .provenance import FINGERPRINT_MODULES, code_fingerprint, git_state, package_versions
+from .nn.model import CAT
+from .devices import resolve_device
+from .provenance import code_fingerprint, environment, fingerprint_files
+from .tensorfile import TensorFileError, load_tensors
 from .train import NonFiniteLoss, SideBySide, TrainConfig, train_loop
 
 
@@ -177,26 +175,25 @@ def _read_json(path: Path, what: str):
         raise RunError(f"cannot read {path} ({e.__class__.__name__}: {e}); {what}") from None
 
 
+# The packages whose versions env.json records.
+RUN_PACKAGES = ("catlib", "torch", "torchdiffeq", "numpy", "tqdm")
+
+
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
-    """``torch.load(path, weights_only=True)``: tensors and plain containers only, so a
-    crafted pickle cannot run code; a RunError names an unreadable or refused file."""
+    """``torch.load(path, weights_only=True)`` (:func:`catlib.tensorfile.load_tensors`):
+    tensors and plain containers only, so a crafted pickle cannot run code; a RunError
+    names an unreadable or refused file."""
     try:
-        with warnings.catch_warnings():  # e.g. pickle-protocol notes: the error says it all
-            warnings.simplefilter("ignore")
-            return torch.load(path, map_location=map_location, weights_only=True)
+        return load_tensors(path, map_location)
     except FileNotFoundError:
         raise RunError(f"checkpoint {path} is missing; train the run first") from None
-    except pickle.UnpicklingError as e:  # torch's own text suggests weights_only=False: no
-        wanted = re.search(r"GLOBAL (\S+)", str(e))
-        what = (f"it asks for {wanted.group(1)}, which is not a tensor or a plain container"
-                if wanted else "it is not a pickle of tensors and plain containers")
-        raise RunError(f"cannot load checkpoint {path}: refused, {what} (catlib reads checkpoints "
-                       "with weights_only=True so that a file cannot run code); restore the file "
-                       "from a trusted copy, or retrain with --retrain") from None
-    except Exception as e:  # corrupt or foreign file: one line, no traceback
-        raise RunError(f"cannot load checkpoint {path} ({e.__class__.__name__}: "
-                       f"{str(e).splitlines()[0].split('. ')[0][:200] if str(e) else ''}); "
-                       "retrain with --retrain or restore the file") from None
+    except TensorFileError as e:
+        if e.refused:
+            raise RunError(f"cannot load checkpoint {path}: refused, {e} (catlib reads "
+                           "checkpoints with weights_only=True so that a file cannot run code); "
+                           "restore the file from a trusted copy, or retrain with --retrain") from None
+        raise RunError(f"cannot load checkpoint {path} ({e}); retrain with --retrain or restore "
+                       "the file") from None
 
 
 # ---------------------------------------------------------------- lock
@@ -296,37 +293,6 @@ def config_hash(model_config: CATConfig, train_config: TrainConfig, data_sha256:
     ident = {"model": model_config.resolved().to_dict(), "train": train_config.identity(),
              "data": data_sha256, "code": code or code_fingerprint()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    """"auto" -> cuda, then mps, then cpu. An unavailable device raises RunError."""
-    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise RunError(f"unknown device {name!r}; use auto, cpu, cuda or mps") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RunError("--device cuda: CUDA is not available here; use --device cpu or auto")
-    if dev.type == "mps" and not mps:
-        raise RunError("--device mps: MPS is not available here; use --device cpu or auto")
-    if dev.type not in ("cpu", "cuda", "mps"):
-        raise RunError(f"unsupported device {name!r}; use auto, cpu, cuda or mps")
-    return dev
-
-
-def environment(device: torch.device) -> dict:
-    """Versions, platform, device, git commit and code fingerprint, for ``env.json``."""
-    versions = package_versions(("catlib", "torch", "torchdiffeq", "numpy", "tqdm"))
-    dev = {"type": device.type, "name": str(device)}
-    if device.type == "cuda":
-        dev["name"] = torch.cuda.get_device_name(device)
-    return {"python": sys.version.split()[0], "platform": platform.platform(),
-            "versions": versions, "device": dev, "git": git_state(),
-            "code_fingerprint": code_fingerprint(),
-            "torch_threads": torch.get_num_threads(), "world_size": distributed.world_size(),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def weights_digest(models: dict) -> str:
@@ -680,7 +646,7 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs
     settings = eval_settings(lengths, eval_windows, dropout_in_eval)
     config = {"hash": h, "model": model_config.to_dict(), "train": train_config.to_dict(),
               "eval": settings, "data_sha256": corpus.sha256,
-              "code": {"fingerprint": code, "modules": list(FINGERPRINT_MODULES)}}
+              "code": {"fingerprint": code, "files": fingerprint_files()}}
 
     # 2. An existing directory: read only, so that a damaged one is left as it is.
     existing = path.exists() and (not path.is_dir() or any(
@@ -743,7 +709,9 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs
         if starting:  # before the old results go (a new directory gets config.json first)
             run.set_status("starting", 0)
         _write_json(path / "config.json", config)
-        _write_json(path / "env.json", environment(dev))
+        _write_json(path / "env.json", {
+            **environment(RUN_PACKAGES, dev), "code_fingerprint": code_fingerprint(),
+            "world_size": distributed.world_size(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         if resume:
             atomic_write_text(path / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in kept))
             for f in RESULT_FILES:  # an evaluation of earlier weights is stale now

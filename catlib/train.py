@@ -29,11 +29,11 @@ import torch.nn.functional as F
 from tqdm import tqdm  # text bar: tqdm.auto warns in kernels without ipywidgets
 
 from . import distributed
-from .baselines import Baseline
-from .config import CATConfig
+from .nn.baselines import Baseline
+from .nn.config import CATConfig
 from .data import SPLITS, BatchSampler
 from .evaluate import cross_entropy
-from .model import CAT
+from .nn.model import CAT
 
 
 MODELS = ("cat", "base")  # the two models of a side-by-side run

@@ -10,7 +10,7 @@ import torch
 import catlib
 from catlib import audit
 from catlib.audit import AuditError, audit_model, load_for_audit
-from catlib.config import CORRECTIONS
+from catlib.nn.config import CORRECTIONS
 
 SMALL = dict(d_model=16, n_heads=2, n_freq=8)
 # A non-default size: the state_dict round trip infers every size from the tensors.

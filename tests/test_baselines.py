@@ -7,9 +7,9 @@ import torch
 import torch.nn as nn
 
 import catlib
-from catlib import qk_attention
-from catlib.config import CATConfig
-from catlib.qk_attention import (CausalBias, QKAttention, alibi_bias, alibi_slopes,
+from catlib.nn import qk_attention
+from catlib.nn.config import CATConfig
+from catlib.nn.qk_attention import (CausalBias, QKAttention, alibi_bias, alibi_slopes,
                                  apply_rotary, prepare_bias, rotary_cos_sin)
 
 SIZES = dict(vocab_size=65, d_model=32, n_heads=4, blocks=2, dropout=0.1)
@@ -262,7 +262,7 @@ def test_sinusoidal_evaluation_skips_the_fast_path_and_restores_it():
         assert torch.backends.mha.get_fastpath_enabled()
         base.config = dataclasses.replace(base.config, causal=False)   # the fast path, masked by hand
         mask = nn.Transformer.generate_square_subsequent_mask(48)
-        h = base.enc(base.embed(x) + catlib.baselines.sinusoidal_positions(48, 32), mask=mask)
+        h = base.enc(base.embed(x) + catlib.nn.baselines.sinusoidal_positions(48, 32), mask=mask)
         reference = base.proj(h)
     # float32 logits up to 2 through other kernels (measured: 3 ulps); 1e-5 is 40 ulps.
     assert torch.allclose(fused, reference, atol=1e-5), (fused - reference).abs().max()
@@ -274,6 +274,6 @@ def test_alibi_prepared_once_matches_the_masked_bias(monkeypatch):
     x = torch.randint(65, (2, 40), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         prepared = base(x)[0]
-        monkeypatch.setattr(catlib.baselines, "CausalBias", lambda bias: bias)   # plain tensor
+        monkeypatch.setattr(catlib.nn.baselines, "CausalBias", lambda bias: bias)   # plain tensor
         masked_per_call = base(x)[0]
     assert torch.allclose(prepared, masked_per_call, atol=1e-5)   # as above (measured: 2.5 ulps)

@@ -13,7 +13,7 @@ import torch
 
 import catlib
 from catlib.evaluate import cross_entropy
-from catlib.kernel import Kernel2D
+from catlib.nn.kernel import Kernel2D
 
 # A cached model and a fresh copy with the same weights run the very same kernels on the
 # same shapes: their outputs and gradients are compared bit for bit (rtol=0, torch.equal).
@@ -81,9 +81,9 @@ def test_exact_penalty_gram_cache_after_inference_mode():
     # Catches Gram matrices cached at module level while inference_mode is on: in float64
     # they are used as they are (no dtype copy), and a later training model with the same
     # (basis, n) fails with "Inference tensors cannot be saved for backward".
-    from catlib.kernel import _gram_matrices
+    from catlib.nn.kernel import basis_gram
 
-    _gram_matrices.cache_clear()   # so that the first call below fills the cache
+    basis_gram.cache_clear()   # so that the first call below fills the cache
     with torch.inference_mode():
         Kernel2D(11, "cheb", penalty="exact").double().sobolev_penalty()
     kernel = Kernel2D(11, "cheb", penalty="exact").double()
@@ -93,10 +93,10 @@ def test_exact_penalty_gram_cache_after_inference_mode():
 
 def test_exact_penalty_model_trains_after_inference_mode():
     # The same through the model: evaluate a float64 exact-penalty CAT, train another one.
-    from catlib.kernel import _gram_matrices
+    from catlib.nn.kernel import basis_gram
 
     cfg = dict(n_freq=12, basis="cheb")
-    _gram_matrices.cache_clear()
+    basis_gram.cache_clear()
     with torch.inference_mode():
         _cat(**cfg).double()(_tokens())
     model = _cat(seed=1, **cfg).double()
@@ -237,7 +237,7 @@ def test_device_change_after_forward(variant):
     (logits.sum() + pen).backward()
 
 
-# ---- the length-invariant kernels (catlib.extrapolating) ---------------------------
+# ---- the length-invariant kernels (catlib.nn.distance_kernels) ---------------------------
 # RelativeAttention caches its bin geometry per (length, device, dtype); the exact 1-D
 # penalty caches its Gram matrix per (basis, n). The same rules hold for them.
 
@@ -276,9 +276,9 @@ def test_extrapolating_training_after_inference_mode_evaluation(kernel):
 def test_extrapolating_float64_trains_after_inference_mode(kernel):
     # In float64 the penalty's Gram matrix is used as cached (``.to`` makes no copy): one
     # filled under inference_mode poisons every later float64 training model.
-    from catlib.extrapolating import _second_derivative_gram
+    from catlib.nn.kernel import basis_gram
 
-    _second_derivative_gram.cache_clear()
+    basis_gram.cache_clear()
     with torch.inference_mode():
         _kernel_cat(kernel).double()(_tokens())
     model = _kernel_cat(kernel, seed=1).double()

@@ -213,10 +213,10 @@ def _causal_attention(basis, seed=0):
 @pytest.mark.parametrize("length", [1, 2, 9])
 @pytest.mark.parametrize("basis", BASES)
 def test_sparse_causal_path_matches_definition(basis, length, monkeypatch):
-    import catlib.attention
+    import catlib.nn.attention
 
-    monkeypatch.setattr(catlib.attention, "DENSE_CAUSAL_MAX", 0)
-    monkeypatch.setattr(catlib.attention, "GATHER_CHUNK", 64)  # several chunks
+    monkeypatch.setattr(catlib.nn.attention, "DENSE_CAUSAL_MAX", 0)
+    monkeypatch.setattr(catlib.nn.attention, "GATHER_CHUNK", 64)  # several chunks
     attn = _causal_attention(basis)
     x = torch.randn(2, length, 16, dtype=torch.float64)
     with torch.no_grad():
@@ -228,16 +228,16 @@ def test_sparse_causal_path_matches_definition(basis, length, monkeypatch):
 
 @pytest.mark.parametrize("basis", BASES)
 def test_sparse_and_dense_paths_agree_past_the_threshold(basis, monkeypatch):
-    import catlib.attention
+    import catlib.nn.attention
 
-    monkeypatch.setattr(catlib.attention, "DENSE_CAUSAL_MAX", 300)  # a threshold cheap to pass
-    length = catlib.attention.DENSE_CAUSAL_MAX + 77
+    monkeypatch.setattr(catlib.nn.attention, "DENSE_CAUSAL_MAX", 300)  # a threshold cheap to pass
+    length = catlib.nn.attention.DENSE_CAUSAL_MAX + 77
     attn = _causal_attention(basis, seed=1)
     x = torch.randn(1, length, 16, dtype=torch.float64, requires_grad=True)
     sparse = attn(x)
     assert attn.plan(length).mixing is None
     g_sparse = torch.autograd.grad(sparse.square().sum(), [x, attn.kernels[0].coeffs])
-    monkeypatch.setattr(catlib.attention, "DENSE_CAUSAL_MAX", 10 ** 9)
+    monkeypatch.setattr(catlib.nn.attention, "DENSE_CAUSAL_MAX", 10 ** 9)
     dense = attn(x)
     g_dense = torch.autograd.grad(dense.square().sum(), [x, attn.kernels[0].coeffs])
     torch.testing.assert_close(sparse, dense, rtol=1e-12, atol=1e-12)   # float64, 2Q-term sums
@@ -247,9 +247,9 @@ def test_sparse_and_dense_paths_agree_past_the_threshold(basis, monkeypatch):
 
 @pytest.mark.parametrize("basis", BASES)
 def test_causal_cat_sparse_path(basis, monkeypatch):
-    import catlib.attention
+    import catlib.nn.attention
 
-    monkeypatch.setattr(catlib.attention, "DENSE_CAUSAL_MAX", 0)
+    monkeypatch.setattr(catlib.nn.attention, "DENSE_CAUSAL_MAX", 0)
     assert _max_leak(_cat("causal", basis), 33) < 1e-6
 
 

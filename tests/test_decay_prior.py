@@ -1,4 +1,4 @@
-"""Decay-anchored kernels (catlib.decay_prior), the looped baseline and the cost counter.
+"""Decay-anchored kernels (catlib.nn.decay_prior), the looped baseline and the cost counter.
 
 What each test catches:
 - a residual that is not exactly 0, or not flat, from the training length on (the bias
@@ -15,8 +15,8 @@ import torch
 
 import catlib
 from catlib.cost import forward_flops_per_token, parameter_count
-from catlib.decay_prior import DecayPriorKernel
-from catlib.qk_attention import alibi_bias
+from catlib.nn.decay_prior import DecayPriorKernel
+from catlib.nn.qk_attention import alibi_bias
 
 V = 13
 T_TRAIN = 24

@@ -7,11 +7,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from catlib.baselines import Baseline
-from catlib.config import CATConfig
+from catlib.nn.baselines import Baseline
+from catlib.nn.config import CATConfig
 from catlib.evaluate import (TABLE_HEADER, bigram_ce, context_table, cross_entropy,
                              format_table, leak_score, n_windows, windows)
-from catlib.model import CAT
+from catlib.nn.model import CAT
 
 TINY = dict(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", steps=1)
 

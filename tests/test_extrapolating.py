@@ -1,4 +1,4 @@
-"""Length-invariant continuous kernels (catlib.extrapolating): the relative and
+"""Length-invariant continuous kernels (catlib.nn.distance_kernels): the relative and
 content-aware CAT attentions.
 
 What each group catches:
@@ -20,11 +20,12 @@ import torch
 import torch.nn.functional as F
 
 import catlib
-from catlib.attention import ContinuousAttention
-from catlib.bases import basis
-from catlib.extrapolating import (ContentAttention, RelativeAttention, SpectralKernel1D,
-                                  graded_bins, make_attention)
-from catlib.quadrature import gauss_legendre
+from catlib.nn.attention import ContinuousAttention
+from catlib.nn.bases import basis
+from catlib.nn.distance_kernels import ContentAttention, RelativeAttention, graded_bins
+from catlib.nn.kernel import SpectralKernel1D
+from catlib.nn.model import make_attention
+from catlib.nn.quadrature import gauss_legendre
 
 V = 13
 TINY = dict(vocab_size=V, d_model=16, n_heads=2, n_freq=6, quad_nodes=16, variant="causal",
@@ -366,7 +367,7 @@ def test_content_reads_its_bias_as_prepared(grad, monkeypatch):
     # call reads it as it is: no per-call masked copy (QKAttention._biased is never called),
     # in chunks, equal to the explicit softmax with the fused kernel (no grad) and the
     # explicit one (grad), and the gradient reaches the coefficients through plan.bias.
-    from catlib import qk_attention
+    from catlib.nn import qk_attention
     monkeypatch.setattr(qk_attention, "BIAS_CHUNK", 3 * 2 * 70)   # 3 queries a chunk
     monkeypatch.setattr(qk_attention.QKAttention, "_biased", None)
     torch.manual_seed(0)

@@ -9,13 +9,13 @@ import torch
 import torch.nn as nn
 
 import catlib
-from catlib.config import CATConfig
+from catlib.nn.config import CATConfig
 from catlib.evaluate import cross_entropy
 from catlib.extrapolation import (attention_input_dependence, log_bins, mixing_weights,
                                   parameter_count, plot_position_curves, position_ce,
                                   read_extrapolation_json, read_position_csv,
                                   write_extrapolation_json, write_position_csv)
-from catlib.qk_attention import alibi_bias
+from catlib.nn.qk_attention import alibi_bias
 
 V = 65
 SMALL = dict(vocab_size=V, d_model=16, n_heads=2, n_freq=4, quad_nodes=8, blocks=1,
@@ -213,7 +213,7 @@ def test_query_key_attention_reads_its_input(positions):
         x = base.embed(tokens)
         q, k = (p(x).view(1, 24, 2, 8).transpose(1, 2) for p in (attn.q_proj, attn.k_proj))
         if attn.rotary:
-            from catlib.qk_attention import apply_rotary, rotary_cos_sin
+            from catlib.nn.qk_attention import apply_rotary, rotary_cos_sin
             cos, sin = rotary_cos_sin(24, 8)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         bias = alibi_bias(2, 24) if positions == "alibi" else torch.zeros(24, 24)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from numpy.polynomial import chebyshev as npcheb
 
-from catlib.kernel import Kernel2D
+from catlib.nn.kernel import Kernel2D
 
 BASES = ["fourier", "cosine", "cheb"]
 
@@ -20,7 +20,7 @@ def _seed():
 @pytest.mark.parametrize("basis", BASES)
 def test_kernel_matches_formula(basis):
     # K[i, q] = exp(W_iq) / sum_q' exp(W_iq'), W = softplus(log_scale) Phi(s)^T C Phi(t),
-    # with Phi from the formulas of ALGORITHM.md (numpy, independent of catlib.bases).
+    # with Phi from the formulas of ALGORITHM.md (numpy, independent of catlib.nn.bases).
     # Catches a transposed C, s and t swapped, a missing softplus or 1/sqrt(n), the softmax
     # over the wrong axis: a row-sum check cannot, softmax makes every row sum to 1.
     kernel = Kernel2D(8, basis).double()
@@ -83,7 +83,7 @@ def test_exact_penalty_of_one_cosine_mode(basis, omega, k, l):
     assert float(kernel.sobolev_penalty().detach()) == pytest.approx(expected, rel=1e-10)
 
 
-# ---- brute-force Laplacian energy, independent of catlib.bases ---------------------
+# ---- brute-force Laplacian energy, independent of catlib.nn.bases ---------------------
 
 def _basis_and_second_derivative(basis, t, n):
     """phi_k(t) and phi_k''(t), [n, len(t)], straight from the formulas of ALGORITHM.md."""

@@ -197,8 +197,9 @@ def test_default_jobs_reads_the_cpus_this_process_may_use():
     script = ("import os\n"
               "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
               "from catlib.experiment import default_jobs\n"
-              "from catlib.book import environment\n"
-              "print(default_jobs('cpu'), environment(__import__('pathlib').Path('.'))['cpus'])\n")
+              "from catlib.book import BOOK_PACKAGES\n"
+              "from catlib.provenance import environment\n"
+              "print(default_jobs('cpu'), environment(BOOK_PACKAGES)['cpus'])\n")
     env = {k: v for k, v in os.environ.items() if k != "CATLIB_JOBS"}
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                        timeout=300)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import catlib
-from catlib.quadrature import interpolate
+from catlib.nn.quadrature import interpolate
 
 INTERVALS = [(0.0, 1.0), (-0.5, 2.0)]
 ORDERS = [1, 2, 3, 8, 64]

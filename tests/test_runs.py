@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from catlib import runs
-from catlib.config import CATConfig
+from catlib.nn.config import CATConfig
 from catlib.runs import (RunError, RunInterrupted, TrainingFailed, atomic_save, config_hash,
                          load_checkpoint, open_run, train_run)
 from catlib.train import TrainConfig
@@ -199,33 +199,51 @@ def test_code_change_gives_a_new_run(data, tmp_path, monkeypatch):
 
 
 def test_code_fingerprint_covers_every_model_module(tmp_path, monkeypatch):
-    """Every catlib module that defines an nn.Module is fingerprinted, and a change to one
-    changes the fingerprint. Would catch a new model module left out of the list."""
+    """Every catlib module that defines an nn.Module lives in the fingerprinted folder
+    catlib/nn/ (or is a fingerprinted top-level module); a change to any file there, and a
+    new file there, changes the fingerprint. Would catch a model module outside nn/, or a
+    fingerprint that reads a hand-kept list of the folder's files."""
     import importlib
     import inspect
     import pkgutil
 
     import catlib
     from catlib import provenance
-    for info in pkgutil.iter_modules(catlib.__path__):
-        if info.name in ("__main__", "book"):
+    for info in pkgutil.walk_packages(catlib.__path__, "catlib."):
+        if info.name in ("catlib.__main__", "catlib.book"):
             continue
-        mod = importlib.import_module(f"catlib.{info.name}")
+        mod = importlib.import_module(info.name)
         defines = [c for _, c in inspect.getmembers(mod, inspect.isclass)
                    if c.__module__ == mod.__name__ and issubclass(c, torch.nn.Module)]
         if defines:
-            assert info.name in provenance.FINGERPRINT_MODULES, (info.name, defines)
-    for name in provenance.FINGERPRINT_MODULES:
-        shutil.copy(provenance.PACKAGE_DIR / f"{name}.py", tmp_path) \
-            if (provenance.PACKAGE_DIR / f"{name}.py").exists() else None
+            top = info.name.removeprefix("catlib.")
+            assert (info.name.startswith(f"catlib.{provenance.FINGERPRINT_PACKAGE}.")
+                    or top in provenance.FINGERPRINT_MODULES), (info.name, defines)
+    files = provenance.fingerprint_files()
+    nn_files = sorted(p.relative_to(provenance.PACKAGE_DIR).as_posix()
+                      for p in (provenance.PACKAGE_DIR / "nn").glob("*.py"))
+    assert set(nn_files) <= set(files) and "nn/model.py" in files and "train.py" in files
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(provenance.PACKAGE_DIR / name, tmp_path / name)
     monkeypatch.setattr(provenance, "PACKAGE_DIR", tmp_path)
     provenance._fingerprint.cache_clear()
     before = provenance.code_fingerprint()
     assert before == provenance.code_fingerprint()
-    with open(tmp_path / "model.py", "a") as f:
+    with open(tmp_path / "nn" / "model.py", "a") as f:
         f.write("\n# a change\n")
     provenance._fingerprint.cache_clear()
-    assert provenance.code_fingerprint() != before
+    changed = provenance.code_fingerprint()
+    assert changed != before
+    (tmp_path / "nn" / "new_kernel.py").write_text("# a new model module\n")
+    (tmp_path / "nn" / "__pycache__").mkdir(exist_ok=True)
+    provenance._fingerprint.cache_clear()
+    assert provenance.code_fingerprint() != changed
+    assert "nn/new_kernel.py" in provenance.fingerprint_files()
+    added = provenance.code_fingerprint()
+    (tmp_path / "nn" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"bytecode")
+    provenance._fingerprint.cache_clear()
+    assert provenance.code_fingerprint() == added     # bytecode is not source
     provenance._fingerprint.cache_clear()
 
 

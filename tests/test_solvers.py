@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import catlib
-from catlib.solvers import SOLVERS, integrate
+from catlib.nn.solvers import SOLVERS, integrate
 
 
 class Growth(nn.Module):
@@ -195,7 +195,7 @@ def test_max_steps_caps_the_adjoint_backward_solve(seminorm):
 
 def test_max_steps_caps_the_forward_solve():
     # One step fewer than the solve needs: the forward stops with the clear error.
-    counter = catlib.solvers.CountedDynamics(Growth())
+    counter = catlib.nn.solvers.CountedDynamics(Growth())
     with pytest.raises(RuntimeError, match=r"max_steps=6 steps in the forward solve"):
         integrate(counter, torch.ones(3, dtype=torch.float64), solver="dopri5", max_steps=6)
     assert counter.nfe_forward == 2 + 6 * 6
@@ -235,7 +235,7 @@ def test_seminorm_backward_keeps_the_time_dtype(monkeypatch):
     # With the seminorm, torchdiffeq takes adjoint_options alone for the backward solve.
     # Catches adjoint_options that carry only the norm: the backward then keeps time in
     # float64, which MPS cannot hold (the forward's float32 time is there for MPS).
-    import catlib.solvers as solvers
+    import catlib.nn.solvers as solvers
 
     seen = {}
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from catlib import train
-from catlib.config import CATConfig
+from catlib.nn.config import CATConfig
 from catlib.train import NonFiniteLoss, SideBySide, TrainConfig, penalty_weight, train_loop
 
 # published: dropout inside the dynamics draws random numbers at every evaluation, a hard

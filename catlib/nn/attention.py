@@ -28,10 +28,9 @@ from .bases import basis
 from .kernel import Kernel2D, kernel_logits, sobolev_penalty
 from .quadrature import gauss_legendre, interpolation_matrix, neighbours
 
-# Up to this length the causal operator is one dense [h, T, T] matmul: quadratic
-# in T but BLAS-fast (measured on 2 CPU cores: about 2x faster than the gather at
-# T = 5000, h = 8; the matrix then takes 0.8 GB). Beyond it, a gather of 2Q
-# neighbours per query, linear in time and memory.
+# Up to this length the causal operator is one dense [h, T, T] matmul: quadratic in T
+# (4 h T^2 bytes in float32) but one BLAS call. Beyond it, a gather of 2Q neighbours per
+# query, linear in time and memory (benchmarks/bench.py compares the two paths).
 DENSE_CAUSAL_MAX = 6144
 # Tokens x neighbours x features gathered at once on the sparse path.
 GATHER_CHUNK = 1 << 24

@@ -18,8 +18,8 @@ PENALTIES = ("published", "exact")
 BASELINE_POSITIONS = ("sinusoidal", "rope", "alibi")
 # CAT's kernel: on positions rescaled to [0, 1] (published), on token distances
 # (relative), or as the positional bias of query-key attention (content; see
-# catlib.extrapolating); or that bias as a decaying prior, ALiBi's or KERPLE's, plus a
-# spectral residual that vanishes beyond the training length (see catlib.decay_prior).
+# catlib.nn.distance_kernels); or that bias as a decaying prior, ALiBi's or KERPLE's, plus a
+# spectral residual that vanishes beyond the training length (see catlib.nn.decay_prior).
 KERNELS = ("absolute", "relative", "content", "alibi-prior", "kerple-prior")
 PRIOR_KERNELS = ("alibi-prior", "kerple-prior")
 
@@ -42,7 +42,7 @@ class CATConfig:
 
     Sizes: ``d_model`` D, ``n_heads`` h (D % h == 0), ``n_freq`` n basis
     functions per axis, ``quad_nodes`` Q Gauss-Legendre nodes, ``blocks`` K ODE
-    blocks. ``solver`` picks the depth integrator from :data:`catlib.solvers.SOLVERS`;
+    blocks. ``solver`` picks the depth integrator from :data:`catlib.nn.solvers.SOLVERS`;
     ``steps`` is the step count of the fixed-step solvers, ``max_steps`` caps dopri5.
     """
 

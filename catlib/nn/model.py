@@ -9,10 +9,42 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .attention import AttentionPlan
-from .config import CATConfig
-from .extrapolating import make_attention   # cfg.kernel: absolute, relative or content
+from .attention import AttentionPlan, ContinuousAttention
+from .config import KERNELS, CATConfig
+from .decay_prior import DecayPriorAttention
+from .distance_kernels import ContentAttention, RelativeAttention
 from .solvers import CountedDynamics, integrate
+
+
+def make_attention(cfg: CATConfig) -> nn.Module:
+    """The attention of one CAT block, chosen by ``cfg.kernel`` (the config is resolved first).
+
+    "absolute": the published/corrected :class:`~catlib.nn.attention.ContinuousAttention`;
+    "relative": :class:`~catlib.nn.distance_kernels.RelativeAttention`; "content":
+    :class:`~catlib.nn.distance_kernels.ContentAttention`; "alibi-prior", "kerple-prior":
+    :class:`~catlib.nn.decay_prior.DecayPriorAttention`.
+    """
+    cfg = cfg.resolved()
+    d = cfg.d_model
+    if cfg.kernel == "absolute":
+        return ContinuousAttention(
+            d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.quad_nodes, cfg.dropout,
+            causal=cfg.causal, normalised_integral=cfg.normalised_integral,
+            half_range_cosine=cfg.half_range_cosine, penalty=cfg.penalty,
+            dropout_inside=cfg.dropout_in_dynamics)
+    common = dict(kernel_scale=cfg.kernel_scale, kernel_horizon=cfg.kernel_horizon,
+                  half_range_cosine=cfg.half_range_cosine, penalty=cfg.penalty,
+                  dropout_inside=cfg.dropout_in_dynamics)
+    if cfg.kernel == "relative":
+        return RelativeAttention(d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.quad_nodes,
+                                 cfg.dropout, **common)
+    if cfg.kernel == "content":
+        return ContentAttention(d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.dropout, **common)
+    if cfg.kernel in ("alibi-prior", "kerple-prior"):
+        return DecayPriorAttention(d, cfg.n_heads, cfg.n_freq, cfg.kernel.split("-")[0],
+                                   cfg.train_length, cfg.kernel_scale, cfg.kernel_residual,
+                                   cfg.penalty, cfg.dropout, cfg.dropout_in_dynamics)
+    raise ValueError(f"kernel must be one of {list(KERNELS)}, got {cfg.kernel!r}")
 
 
 class Block(nn.Module):

@@ -30,7 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .extrapolating import ContentPlan, SpectralKernel1D
+from .distance_kernels import ContentPlan
+from .kernel import SpectralKernel1D
 from .qk_attention import QKAttention, alibi_slopes
 
 PRIORS = ("alibi", "kerple")
@@ -116,7 +117,7 @@ class DecayPriorAttention(nn.Module):
     sqrt(d) + b_h(i - j), causal softmax. ``x [B, T, D]`` -> ``[B, T, D]``.
 
     The bias ``[h, T, T]`` is built once per solve (``plan``), -inf above the diagonal,
-    as :class:`~catlib.extrapolating.ContentAttention`'s; kernel parameters live under
+    as :class:`~catlib.nn.distance_kernels.ContentAttention`'s; kernel parameters live under
     ``kernels`` so that the adjoint reaches them through the plan only.
     """
 

@@ -6,7 +6,7 @@ to the vocabulary and dropout on the logits. Corrected: causal mask,
 sinusoidal positions computed at any length, no dropout on the logits.
 
 ``baseline_positions="rope"`` or ``"alibi"`` (corrected baseline only): the
-same layers written out with :class:`~catlib.qk_attention.QKAttention`, nothing
+same layers written out with :class:`~catlib.nn.qk_attention.QKAttention`, nothing
 added to the embeddings; positions enter through rotary q/k or the ALiBi score
 bias, the two schemes a reader would pick for length extrapolation.
 ``baseline_loops`` = n applies each of those layers n times with the same weights:
@@ -94,8 +94,8 @@ class Baseline(nn.Module):
         mask, fused = None, contextlib.nullcontext()
         if self.config.causal:
             mask = nn.Transformer.generate_square_subsequent_mask(length, device=x.device, dtype=x.dtype)
-            # In evaluation the encoder's "fast path" applies this mask explicitly (about 10x
-            # slower at T = 5000 on a CPU); off it, the layer takes the fused causal kernel.
+            # In evaluation the encoder's "fast path" applies this mask explicitly, a dense
+            # [T, T] pass; off it, the layer takes the fused causal kernel.
             fused = _without_mha_fastpath()
         with fused:
             h = self.enc(x, mask=mask, is_causal=self.config.causal)

@@ -1,81 +1,56 @@
-"""Length-invariant continuous kernels: CAT attention that reads token distances.
+"""Distance kernels: CAT attention whose kernel reads token distances, not [0, 1].
 
 The published operator rescales positions to [0, 1] at every length, so a kernel
-learned at T = 128 is stretched 40-fold at T = 5000, and its fixed rule of Q
-nodes reads the recent past ever more coarsely. The two operators here measure
-position in tokens instead, through one fixed map (c = ``kernel_scale``,
-D = ``kernel_horizon``, both in tokens and independent of T):
+learned at T = 128 is stretched 40-fold at T = 5000 and its Q nodes read the recent
+past ever more coarsely. The operators here measure position in tokens instead,
+through one fixed map (c = ``kernel_scale``, D = ``kernel_horizon``, independent of T):
 
     psi(d) = log(1 + d / c),   u(d) = min(1, psi(d) / psi(D)),   d = i - j >= 0.
 
-Each head's kernel is a 1-D spectral expansion on [0, 1],
-k(u) = softplus(log_scale) * sum_k a_k phi_k(u) (half-range cosines or Chebyshev,
-``n_freq`` terms), penalised by the exact squared H^2 seminorm integral_0^1 k''(u)^2 du
-(zero exactly for a constant kernel).
+Each head's kernel is a 1-D spectral expansion on [0, 1] (:class:`.kernel.SpectralKernel1D`),
+k(u) = softplus(log_scale) * sum_k a_k phi_k(u), penalised by the exact squared H^2
+seminorm integral_0^1 k''(u)^2 du (zero for a constant kernel).
 
-**Relative kernel** (:class:`RelativeAttention`, ``kernel="relative"``). The
-distances 0, 1, 2, ... are cut into Q = ``quad_nodes`` bins [a_q, b_q), fixed once
-(:func:`graded_bins`): a_0 = 0, a_q = max(a_{q-1} + w_{q-1}, floor(u^{-1}(q / (Q - 1))))
-with w_q = b_q - a_q (w_{-1} = 1), the last bin [a_{Q-1}, inf) holding every distance
->= about D (where u = 1). The bins follow equal steps of 1 / (Q - 1) in u wherever
-that step spans a token or more, and are single tokens where it does not; widths
-never decrease: the recent past is read token by token, the distant past
-geometrically coarser (widths grow by (1 + D/c)^(1/(Q-1)), 1.092 for the defaults).
-Defaults c = 4, D = 1024, Q = 64: every token for the last 21 distances
-(d = 0..20), then widths 2, 3, 3, 3, 3, 4, ..., 11 tokens near d = 128, 87 near
-d = 1000, and one bin for d >= 1024. The node of bin q is
-u_q = (u(a_q) + u(b_q - 1)) / 2 (u = 1 for the last). For query i the causal
-prefix [0, i] meets bin q in w_iq = max(0, min(b_q, i + 1) - a_q) tokens, and
+**Relative kernel** (:class:`RelativeAttention`, ``kernel="relative"``). The distances
+are cut into Q = ``quad_nodes`` bins [a_q, b_q), fixed once (:func:`graded_bins`):
+a_0 = 0, a_q = max(a_{q-1} + w_{q-1}, floor(u^{-1}(q / (Q - 1)))), w_q = b_q - a_q
+(w_{-1} = 1), the last bin [a_{Q-1}, inf) holding every distance >= about D. Bins
+follow equal steps in u where a step spans a token or more and are single tokens
+where it does not: the recent past is read token by token, the distant past
+geometrically coarser (defaults c = 4, D = 1024, Q = 64: single tokens for
+d = 0..20, widths growing by (1 + D/c)^(1/(Q-1)) = 1.092 beyond, one bin for d >= 1024).
+The node of bin q is u_q = (u(a_q) + u(b_q - 1)) / 2 (u = 1
+for the last). For query i the prefix [0, i] meets bin q in
+w_iq = max(0, min(b_q, i + 1) - a_q) tokens, and
 
     c_iq = softmax_q(k(u_q) + log w_iq),   out_i = sum_q c_iq * mean_{j in bin q, j <= i} v_j,
 
-the quadrature of integral_0^i k v with log-width weights, normalised over the
-prefix (bins outside it have w = 0). Bin means are exact, so every token is read
-(the published rule reads at most 2Q tokens): token j gets the weight
-c_iq / w_iq = exp(k(u_q)) / Z_i, Z_i = sum_q w_iq exp(k(u_q)). The weights of
-query i depend on i and the kernel only, never on T, and on every token that two
-queries both see at the same distances, they differ only through Z_i.
-Cost: O(T Q) time and memory for the plan (``weights [h, T, Q]``); the mixing
-itself is one dense ``[h, T, T]`` matmul up to ``dense_max`` tokens (BLAS-fast at
-training lengths), beyond it Q shifted multiply-adds over the prefix sums of the
-values (O(T Q h d) time, O(T h d) extra memory), in float64 off MPS.
+the quadrature of integral_0^i k v with log-width weights. Bin means are exact, so
+every token is read: token j gets exp(k(u_q)) / Z_i, Z_i = sum_q w_iq exp(k(u_q)),
+which depends on i and the kernel only, never on T. The plan is ``weights [h, T, Q]``;
+the mixing is one dense ``[h, T, T]`` matmul up to ``dense_max`` tokens, beyond it Q
+shifted multiply-adds over prefix sums of the values (O(T Q h d) time, linear memory).
 
 **Content-aware kernel** (:class:`ContentAttention`, ``kernel="content"``). CAT's
-kernel as the position term of query-key attention
-(:class:`catlib.qk_attention.QKAttention`):
+kernel as the position term of query-key attention (:class:`.qk_attention.QKAttention`):
 
     score(i, j) = q_i . k_j / sqrt(d) + k(t_ij),   t_ij = psi(i - j) / psi(max(i, D)),
 
-softmax over j <= i. This is FIRE's progressive normalisation with its log
-transform: up to D tokens t = u(d), a pure function of distance (identical to the
-relative kernel's map); beyond, distances are divided by the query's own
-psi(i), so t stays in [0, 1] and the kernel is interpolated, never extrapolated.
-The log keeps the recent past distinguishable at any length: at i = 5000 the
-distances 1..10 map to 0.78 times their values at i <= D, where (i - j) / max(i, D)
-would squeeze them 5-fold towards 0. The bias ``[h, T, T]`` is computed once
-per solve, already causal (-inf above the diagonal), so that the solve's calls
-(16 for four RK4 steps) read it without masking a copy each time
-(:class:`catlib.qk_attention.CausalBias`): rows i <= D are one Toeplitz vector
-k(psi(d) / psi(D)), exact (every training length is there); the rows beyond read k
-on the causal triangle by linear interpolation from a uniform grid of G =
-``bias_grid`` = 2^13 + 1 values k(g / (G - 1)) (exact nodes, even in float32), in
-chunks. The interpolation error is at most Delta^2 / 8 * max |k''|, Delta = 1 / (G - 1)
-(:meth:`ContentAttention.grid_error_bound`); with max |k''| <= s / sqrt(n) *
-sum_k |a_k| (pi k)^2 for the half-range cosines (s = softplus(log_scale)), it is
-about 2e-6 nats for n = 32 coefficients of size 0.1. Measured against the float64
-point-by-point kernel (T = 3000, D = 256): 0.8e-6 for the float64 grid, 2.0e-6 for the
-float32 grid, where the float32 point-by-point kernel is itself off by 1.8e-6. The
-grid turns n multiply-adds per head and entry into one lerp: the bias at T = 5000
-(h = 8, n = 32) costs about twice the bare allocation and fill of its 0.8 GB (0.5 s
-against 1 s and more on one CPU core). ``bias_grid = None`` evaluates those rows
-point by point (the reference).
-The attention itself is quadratic in T.
+softmax over j <= i: FIRE's progressive normalisation with a log transform. Up to D
+tokens t = u(d), a pure function of distance; beyond, distances are divided by the
+query's own psi(i), so t stays in [0, 1] and the kernel is interpolated, never
+extrapolated. The bias ``[h, T, T]`` is built once per solve, already causal (-inf
+above the diagonal, read through :class:`.qk_attention.CausalBias`): rows i <= D are
+one Toeplitz vector, exact; rows beyond read k by linear interpolation from a uniform
+grid of G = ``bias_grid`` values k(g / (G - 1)), with error at most
+Delta^2 / 8 * max |k''|, Delta = 1 / (G - 1) (:meth:`ContentAttention.grid_error_bound`).
+``bias_grid = None`` evaluates those rows point by point (the reference). The
+attention itself is quadratic in T.
 
-Both operators take the place of :class:`catlib.attention.ContinuousAttention`
-in a CAT block (:func:`make_attention`): ``plan(T, device, dtype)`` once per
-solve, a plan with ``grad_tensors()``, ``forward(x, plan)``, ``sobolev_penalty()``.
-Kernel parameters live under ``kernels`` so that the adjoint reaches them
-through the plan only.
+Both take the place of :class:`.attention.ContinuousAttention` in a CAT block
+(:func:`catlib.nn.model.make_attention`): ``plan(T, device, dtype)`` once per solve, a
+plan with ``grad_tensors()``, ``forward(x, plan)``, ``sobolev_penalty()``. Kernel
+parameters live under ``kernels`` so that the adjoint reaches them through the plan only.
 """
 from __future__ import annotations
 
@@ -87,12 +62,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import ContinuousAttention
-from .bases import basis
-from .config import KERNELS, CATConfig
-from .kernel import check_kernel_args
+from .kernel import SpectralKernel1D
 from .qk_attention import CausalBias, QKAttention
-from .quadrature import gauss_legendre
 
 # Up to this length the relative operator mixes with one dense [h, T, T] matrix
 # (32 MB at T = 1024, h = 8); beyond it, with Q shifted prefix sums, linear in T.
@@ -146,88 +117,7 @@ def graded_bins(q: int, scale: float, horizon: float) -> tuple[tuple[int, ...], 
     return tuple(starts), tuple(stops), tuple(nodes)
 
 
-# ----------------------------------------------------------------- the kernels
-
-class SpectralKernel1D(nn.Module):
-    """All heads' 1-D kernels k_h(u) = softplus(log_scale_h) * sum_k a_hk phi_k(u), u in [0, 1].
-
-    Parameters ``coeffs [h, n]`` (init 0.01 N(0, 1), as the published Kernel2D) and
-    ``log_scale [h, 1]`` (init 0). ``basis``: "cosine" (half-range), "fourier" or "cheb".
-    ``penalty``: "exact", sum_h integral_0^1 k_h''(u)^2 du without the scale (as Kernel2D),
-    or "published", the published weights on one axis, sum (2 pi k)^4 a_k^2.
-    """
-
-    def __init__(self, n_heads: int, n_freq: int, basis: str = "cosine", penalty: str = "exact"):
-        super().__init__()
-        check_kernel_args(n_freq, basis, penalty)
-        self.n_freq, self.basis, self.penalty = n_freq, basis, penalty
-        self.coeffs = nn.Parameter(0.01 * torch.randn(n_heads, n_freq))
-        self.log_scale = nn.Parameter(torch.zeros(n_heads, 1))
-
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
-        """``u`` of any shape S (in the coefficients' dtype) -> ``[h, *S]``.
-
-        Every basis here is a Chebyshev series in x = cos(omega u) (cosines: cos(k omega u)
-        = T_k(cos omega u)) or x = 2u - 1 (cheb), so the basis comes from the three-term
-        recurrence: one cosine per point instead of n (the content bias evaluates
-        millions of points).
-        """
-        flat = u.detach().reshape(-1)          # positions carry no gradient
-        if self.basis == "cheb":
-            x = 2.0 * flat - 1.0
-        else:
-            x = torch.cos((2.0 if self.basis == "fourier" else 1.0) * math.pi * flat)
-        phi = x.new_empty(self.n_freq, x.numel())                                 # [n, |S|]
-        phi[0] = 1.0
-        if self.n_freq > 1:
-            phi[1] = x
-        for k in range(2, self.n_freq):
-            torch.mul(x, phi[k - 1], out=phi[k])
-            phi[k].mul_(2.0).sub_(phi[k - 2])
-        k = ((self.coeffs / math.sqrt(self.n_freq)) @ phi).reshape(-1, *u.shape)
-        return F.softplus(self.log_scale).reshape(-1, *([1] * u.dim())) * k
-
-    def curvature_bound(self) -> torch.Tensor:
-        """An upper bound of max_u |k_h''(u)| per head, ``[h]``: s_h / sqrt(n) * sum_k
-        |a_hk| max |phi_k''|, with max |phi_k''| = (omega k)^2 for cosines (omega = pi, or
-        2 pi for "fourier") and 4 k^2 (k^2 - 1) / 3 for Chebyshev (Markov, x = 2u - 1)."""
-        c = self.coeffs.detach()
-        k = torch.arange(self.n_freq, dtype=c.dtype, device=c.device)
-        if self.basis == "cheb":
-            top = 4.0 * k ** 2 * (k ** 2 - 1).clamp(min=0) / 3.0
-        else:
-            top = ((2.0 if self.basis == "fourier" else 1.0) * math.pi * k) ** 2
-        scale = F.softplus(self.log_scale.detach())[:, 0]
-        return scale * (c.abs() @ top) / math.sqrt(self.n_freq)
-
-    def sobolev_penalty(self) -> torch.Tensor:
-        c = self.coeffs
-        if self.penalty == "published":
-            k = torch.arange(self.n_freq, dtype=c.dtype, device=c.device)
-            return ((2 * math.pi * k) ** 4 * c ** 2).sum()
-        # Cast on the CPU, then move: MPS holds no float64.
-        g2 = _second_derivative_gram(self.basis, self.n_freq).to(c.dtype).to(c.device)
-        return torch.einsum("hk,km,hm->", c, g2, c)
-
-    def extra_repr(self) -> str:
-        return (f"n_heads={self.coeffs.shape[0]}, n_freq={self.n_freq}, basis={self.basis!r}, "
-                f"penalty={self.penalty!r}")
-
-
-@lru_cache(maxsize=None)
-@torch.inference_mode(False)
-def _second_derivative_gram(basis_name: str, n: int) -> torch.Tensor:
-    """G[k, m] = integral_0^1 phi_k''(u) phi_m''(u) du, float64 on the CPU (Gauss-Legendre,
-    far more nodes than the degree needs: exact for polynomials, to rounding for cosines).
-
-    Built with inference mode off: the first call may come from an evaluation under
-    torch.inference_mode, and a float64 caller uses this very tensor (``.to`` makes no
-    copy), which must then be savable for backward.
-    """
-    t, w = gauss_legendre(8 * n + 64)
-    p2 = basis(basis_name, t, n, deriv=2)
-    return (p2 * w) @ p2.T
-
+# ----------------------------------------------------------------- basis of both kernels
 
 def _basis_name(basis_name: str, half_range_cosine: bool) -> str:
     if basis_name not in ("fourier", "cheb"):
@@ -409,7 +299,7 @@ class RelativeAttention(nn.Module):
 class ContentPlan:
     """``bias [h, T, T]``: k(t_ij) for j <= i, -inf above the diagonal, built masked so
     that every call of the solve reads it as it is (``causal``, a
-    :class:`~catlib.qk_attention.CausalBias` view of it), never a masked copy."""
+    :class:`~catlib.nn.qk_attention.CausalBias` view of it), never a masked copy."""
 
     length: int
     bias: torch.Tensor
@@ -429,7 +319,7 @@ class ContentAttention(nn.Module):
     score(i, j) = q_i . k_j / sqrt(d) + k(t_ij), t_ij = psi(i - j) / psi(max(i, D)),
     psi(x) = log(1 + x / c); causal softmax (see the module docstring). Arguments as
     :class:`RelativeAttention`; ``quad_nodes`` is unused (every token is read). The
-    query-key part is :class:`catlib.qk_attention.QKAttention` (``qk``) without dropout
+    query-key part is :class:`catlib.nn.qk_attention.QKAttention` (``qk``) without dropout
     on its weights: dropout inside the ODE dynamics would make the right-hand side random.
     With all kernel coefficients zero this is plain causal softmax attention.
     """
@@ -553,36 +443,3 @@ class ContentAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"scale={self.kernel_scale}, horizon={self.kernel_horizon}"
-
-
-# ----------------------------------------------------------------- factory
-
-def make_attention(cfg: CATConfig) -> nn.Module:
-    """The attention of one CAT block, chosen by ``cfg.kernel`` (the config is resolved first).
-
-    "absolute": the published/corrected :class:`~catlib.attention.ContinuousAttention`;
-    "relative": :class:`RelativeAttention`; "content": :class:`ContentAttention`;
-    "alibi-prior", "kerple-prior": :class:`catlib.decay_prior.DecayPriorAttention`.
-    """
-    cfg = cfg.resolved()
-    d = cfg.d_model
-    if cfg.kernel == "absolute":
-        return ContinuousAttention(
-            d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.quad_nodes, cfg.dropout,
-            causal=cfg.causal, normalised_integral=cfg.normalised_integral,
-            half_range_cosine=cfg.half_range_cosine, penalty=cfg.penalty,
-            dropout_inside=cfg.dropout_in_dynamics)
-    common = dict(kernel_scale=cfg.kernel_scale, kernel_horizon=cfg.kernel_horizon,
-                  half_range_cosine=cfg.half_range_cosine, penalty=cfg.penalty,
-                  dropout_inside=cfg.dropout_in_dynamics)
-    if cfg.kernel == "relative":
-        return RelativeAttention(d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.quad_nodes,
-                                 cfg.dropout, **common)
-    if cfg.kernel == "content":
-        return ContentAttention(d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.dropout, **common)
-    if cfg.kernel in ("alibi-prior", "kerple-prior"):
-        from .decay_prior import DecayPriorAttention   # it builds on this module's kernels
-        return DecayPriorAttention(d, cfg.n_heads, cfg.n_freq, cfg.kernel.split("-")[0],
-                                   cfg.train_length, cfg.kernel_scale, cfg.kernel_residual,
-                                   cfg.penalty, cfg.dropout, cfg.dropout_in_dynamics)
-    raise ValueError(f"kernel must be one of {list(KERNELS)}, got {cfg.kernel!r}")

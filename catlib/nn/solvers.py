@@ -13,24 +13,29 @@ Every solve counts its function evaluations (NFE), forward and backward.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
 from torchdiffeq import odeint, odeint_adjoint
 
+from .config import CATConfig
+
+# The defaults of a solve are CATConfig's (the published script's), written once there.
+_DEFAULT = {f.name: f.default for f in fields(CATConfig)}
+
 
 @dataclass
 class SolveOptions:
     """Settings of one solve. ``steps`` is for fixed-step solvers; ``max_steps`` caps dopri5."""
 
-    rtol: float = 1e-7
-    atol: float = 1e-9
-    adjoint: bool = True
-    adjoint_seminorm: bool = False
-    steps: int = 4
-    max_steps: int | None = None
+    rtol: float = _DEFAULT["rtol"]
+    atol: float = _DEFAULT["atol"]
+    adjoint: bool = _DEFAULT["adjoint"]
+    adjoint_seminorm: bool = _DEFAULT["adjoint_seminorm"]
+    steps: int = _DEFAULT["steps"]
+    max_steps: int | None = _DEFAULT["max_steps"]
     adjoint_params: Sequence[torch.Tensor] | None = None
 
 

@@ -1,9 +1,11 @@
-"""Kernel2D: one head's attention kernel W(s, t) in a truncated spectral basis.
+"""Spectral kernels: CAT's 2-D kernel W(s, t) and the 1-D kernel k(u) of the distance kernels.
 
 W(s, t) = softplus(log_scale) * sum_kl C[k, l] phi_k(s) phi_l(t), made
 row-stochastic by a softmax over the integration nodes. The functions here
 work on a stack of heads at once (coefficients ``[h, n, n]``); ``Kernel2D``
 is the per-head module whose parameter names match the published checkpoints.
+``SpectralKernel1D`` holds all heads' k_h(u) = softplus(log_scale_h) sum_k a_hk phi_k(u).
+Both exact penalties integrate Gram matrices of basis derivatives (:func:`basis_gram`).
 """
 from __future__ import annotations
 
@@ -54,8 +56,9 @@ def exact_penalty(coeffs: torch.Tensor, basis_name: str) -> torch.Tensor:
     |Lap W|^2 = tr(G2 C G0 C^T) + tr(G0 C G2 C^T) + 2 sum C_kl C_mn G1_km G1_nl.
     """
     # Cast on the CPU, then move: MPS holds no float64.
-    g0, g1, g2 = (g.to(coeffs.dtype).to(coeffs.device)
-                  for g in _gram_matrices(basis_name, coeffs.shape[-1]))
+    n = coeffs.shape[-1]
+    g0, g1, g2 = (basis_gram(basis_name, n, *d).to(coeffs.dtype).to(coeffs.device)
+                  for d in ((0, 0), (2, 0), (2, 2)))
     c = coeffs
     ss = torch.einsum("km,hkl,ln,hmn->", g2, c, g0, c)
     tt = torch.einsum("km,hkl,ln,hmn->", g0, c, g2, c)
@@ -65,19 +68,20 @@ def exact_penalty(coeffs: torch.Tensor, basis_name: str) -> torch.Tensor:
 
 @lru_cache(maxsize=None)
 @torch.inference_mode(False)
-def _gram_matrices(basis_name: str, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(G0, G1, G2)``, each ``[n, n]`` float64 on the CPU, shared by every caller.
+def basis_gram(basis_name: str, n: int, deriv_a: int = 0, deriv_b: int = 0) -> torch.Tensor:
+    """G[k, m] = integral_0^1 phi_k^(deriv_a)(t) phi_m^(deriv_b)(t) dt, ``[n, n]`` float64 on
+    the CPU, cached and shared by every caller (the 2-D and the 1-D exact penalties).
 
-    Built with inference mode off: the first call may come from an evaluation under
-    torch.inference_mode, and a float64 caller uses these very tensors (``.to`` makes
-    no copy), which must then be savable for backward.
+    Gauss-Legendre in float64 with far more nodes than the highest frequency or degree
+    needs: exact for the polynomials, to rounding for the cosines. Built with inference
+    mode off: the first call may come from an evaluation under torch.inference_mode, and
+    a float64 caller uses this very tensor (``.to`` makes no copy), which must then be
+    savable for backward.
     """
-    # Gauss-Legendre in float64 with far more nodes than the highest frequency
-    # or degree needs: exact for the polynomials, to rounding for the cosines.
     t, w = gauss_legendre(8 * n + 64)
-    p0, p2 = basis(basis_name, t, n), basis(basis_name, t, n, deriv=2)
-    gram = lambda a, b: (a * w) @ b.T  # noqa: E731  [n, n]
-    return gram(p0, p0), gram(p2, p0), gram(p2, p2)
+    a = basis(basis_name, t, n, deriv=deriv_a)
+    b = a if deriv_b == deriv_a else basis(basis_name, t, n, deriv=deriv_b)
+    return (a * w) @ b.T
 
 
 def sobolev_penalty(coeffs: torch.Tensor, basis_name: str, kind: str) -> torch.Tensor:
@@ -127,3 +131,69 @@ class Kernel2D(nn.Module):
 
     def extra_repr(self) -> str:
         return f"n_freq={self.n_freq}, basis={self.basis!r}, penalty={self.penalty!r}"
+
+
+class SpectralKernel1D(nn.Module):
+    """All heads' 1-D kernels k_h(u) = softplus(log_scale_h) * sum_k a_hk phi_k(u), u in [0, 1].
+
+    Parameters ``coeffs [h, n]`` (init 0.01 N(0, 1), as the published Kernel2D) and
+    ``log_scale [h, 1]`` (init 0). ``basis``: "cosine" (half-range), "fourier" or "cheb".
+    ``penalty``: "exact", sum_h integral_0^1 k_h''(u)^2 du without the scale (as Kernel2D),
+    or "published", the published weights on one axis, sum (2 pi k)^4 a_k^2.
+    """
+
+    def __init__(self, n_heads: int, n_freq: int, basis: str = "cosine", penalty: str = "exact"):
+        super().__init__()
+        check_kernel_args(n_freq, basis, penalty)
+        self.n_freq, self.basis, self.penalty = n_freq, basis, penalty
+        self.coeffs = nn.Parameter(0.01 * torch.randn(n_heads, n_freq))
+        self.log_scale = nn.Parameter(torch.zeros(n_heads, 1))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        """``u`` of any shape S (in the coefficients' dtype) -> ``[h, *S]``.
+
+        Every basis here is a Chebyshev series in x = cos(omega u) (cosines: cos(k omega u)
+        = T_k(cos omega u)) or x = 2u - 1 (cheb), so the basis comes from the three-term
+        recurrence: one cosine per point instead of n (the content bias evaluates
+        millions of points).
+        """
+        flat = u.detach().reshape(-1)          # positions carry no gradient
+        if self.basis == "cheb":
+            x = 2.0 * flat - 1.0
+        else:
+            x = torch.cos((2.0 if self.basis == "fourier" else 1.0) * math.pi * flat)
+        phi = x.new_empty(self.n_freq, x.numel())                                 # [n, |S|]
+        phi[0] = 1.0
+        if self.n_freq > 1:
+            phi[1] = x
+        for k in range(2, self.n_freq):
+            torch.mul(x, phi[k - 1], out=phi[k])
+            phi[k].mul_(2.0).sub_(phi[k - 2])
+        k = ((self.coeffs / math.sqrt(self.n_freq)) @ phi).reshape(-1, *u.shape)
+        return F.softplus(self.log_scale).reshape(-1, *([1] * u.dim())) * k
+
+    def curvature_bound(self) -> torch.Tensor:
+        """An upper bound of max_u |k_h''(u)| per head, ``[h]``: s_h / sqrt(n) * sum_k
+        |a_hk| max |phi_k''|, with max |phi_k''| = (omega k)^2 for cosines (omega = pi, or
+        2 pi for "fourier") and 4 k^2 (k^2 - 1) / 3 for Chebyshev (Markov, x = 2u - 1)."""
+        c = self.coeffs.detach()
+        k = torch.arange(self.n_freq, dtype=c.dtype, device=c.device)
+        if self.basis == "cheb":
+            top = 4.0 * k ** 2 * (k ** 2 - 1).clamp(min=0) / 3.0
+        else:
+            top = ((2.0 if self.basis == "fourier" else 1.0) * math.pi * k) ** 2
+        scale = F.softplus(self.log_scale.detach())[:, 0]
+        return scale * (c.abs() @ top) / math.sqrt(self.n_freq)
+
+    def sobolev_penalty(self) -> torch.Tensor:
+        c = self.coeffs
+        if self.penalty == "published":
+            k = torch.arange(self.n_freq, dtype=c.dtype, device=c.device)
+            return ((2 * math.pi * k) ** 4 * c ** 2).sum()
+        # Cast on the CPU, then move: MPS holds no float64.
+        g2 = basis_gram(self.basis, self.n_freq, 2, 2).to(c.dtype).to(c.device)
+        return torch.einsum("hk,km,hm->", c, g2, c)
+
+    def extra_repr(self) -> str:
+        return (f"n_heads={self.coeffs.shape[0]}, n_freq={self.n_freq}, basis={self.basis!r}, "
+                f"penalty={self.penalty!r}")

@@ -1,0 +1,34 @@
+"""The device a run, an audit or a page computes on: one name in, one torch.device out.
+
+``"auto"`` picks CUDA, then MPS, then the CPU; a device that is unknown or absent from this
+machine raises :class:`DeviceError` with one line that names the fix. The command line,
+the run directory code, the audit and the book runner all resolve devices here.
+"""
+from __future__ import annotations
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+class DeviceError(ValueError):
+    """An unknown device, or one this machine does not have."""
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """"auto" -> cuda, then mps, then cpu; "cpu", "cuda", "cuda:1", "mps" as they are.
+    An unknown or unavailable device raises DeviceError."""
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise DeviceError(f"unknown device {name!r}; use auto, cpu, cuda or mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("--device cuda: CUDA is not available here; use --device cpu or auto")
+    if dev.type == "mps" and not mps:
+        raise DeviceError("--device mps: MPS is not available here; use --device cpu or auto")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise DeviceError(f"unsupported device {name!r}; use auto, cpu, cuda or mps")
+    return dev
