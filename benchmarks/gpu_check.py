@@ -5,10 +5,10 @@
 
 Four stages run in order, each in a time box cut from ``--budget``. The report,
 ``<out>/gpu_check_<device>.json`` and ``.md`` (device, torch, CUDA and cuDNN versions, the
-environment and commit of ``catlib.book.environment``, the code fingerprint of
+environment and commit of ``catlib.provenance.environment``, the code fingerprint of
 ``catlib.provenance``), is rewritten after every item: a failure, time-out or kill keeps the rest.
 
-(a) correctness: the logits of every CAT kernel (``catlib.config.KERNELS``) and every baseline
+(a) correctness: the logits of every CAT kernel (``catlib.nn.config.KERNELS``) and every baseline
     (``BASELINE_POSITIONS``), in each variant that accepts it, the options read from the config
     module when the check runs: float32 on the device against float64 on the CPU, same weights,
     small sizes. Tolerance: ``TOL_FACTOR * eps * max(1, max |reference logits|)``, eps that of
@@ -44,9 +44,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from catlib import CAT, Baseline, CATConfig, config as cfg  # noqa: E402
+from catlib import CAT, Baseline, CATConfig  # noqa: E402
+from catlib.nn import config as cfg  # noqa: E402
 from catlib import experiment as ex  # noqa: E402
-from catlib.book import PROFILES, _descendants, _now, environment, resolve_device  # noqa: E402
+from catlib.book import PROFILES, _descendants, _now, resolve_device  # noqa: E402
+from catlib.provenance import environment  # noqa: E402
 from catlib.provenance import code_fingerprint  # noqa: E402
 from catlib.train import SideBySide  # noqa: E402
 
@@ -347,9 +349,9 @@ class Report:
         self.log = self.out / f"gpu_check_{device.type}.log"
         self.log.write_text("")
         self.deadline = time.monotonic() + args.budget
-        env = environment(ROOT)
-        if not env["git_commit"] and os.environ.get("CATLIB_COMMIT"):   # a copy without .git
-            env.update(git_commit=os.environ["CATLIB_COMMIT"] + " (from CATLIB_COMMIT)", git_dirty=None)
+        env = environment(("torch", "torchdiffeq", "numpy", "papermill"), device, root=ROOT)
+        if not env["git"]["commit"] and os.environ.get("CATLIB_COMMIT"):   # a copy without .git
+            env["git"] = {"commit": os.environ["CATLIB_COMMIT"] + " (from CATLIB_COMMIT)", "dirty": None}
         self.data = {"written_by": "python -m benchmarks.gpu_check " + " ".join(sys.argv[1:]),
                      "started": _now(), "device": device_info(device), "smoke": args.smoke,
                      "budget_s": args.budget, "corpus": os.environ.get("CATLIB_DATA"),
@@ -388,8 +390,9 @@ def device_info(device: torch.device) -> dict:
 
 def render(d: dict) -> str:
     dev, env, st = d["device"], d["environment"], d["stages"]
-    commit = (env["git_commit"] or "unknown")[:12] + (" (uncommitted changes)" if env["git_dirty"] else
-                                                      "" if env["git_dirty"] is False else " (changes unknown)")
+    git = env["git"]
+    commit = (git["commit"] or "unknown")[:12] + (" (uncommitted changes)" if git["dirty"] else
+                                                  "" if git["dirty"] is False else " (changes unknown)")
     lines = [f"# Device check on {dev.get('name', dev['type'])}", "",
              f"_Written by `{d['written_by']}`, commit {commit}, code {d['code_fingerprint']}, "
              f"{d['written']}._", "",

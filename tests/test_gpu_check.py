@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from catlib import config
+from catlib.nn import config
 from catlib.book import PROFILES
 from catlib.experiment import ARMS
 
