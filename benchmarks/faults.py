@@ -41,7 +41,7 @@ def tiny_argv(root: str | os.PathLike, steps: int = 8, name: str = "run") -> lis
     """A small published run (dropout inside the dynamics: every step draws random numbers),
     validating every 3 steps (validation must not disturb the training's randomness)."""
     return ["train", "--d_model", "16", "--n_heads", "2", "--n_freq", "8", "--solver",
-            "rk4-classic", "--ode-steps", "1", "--train_steps", str(steps), "--batch", "2",
+            "rk4-classic", "--solver_steps", "1", "--train_steps", str(steps), "--batch", "2",
             "--seq", "16", "--checkpoint-every", "2", "--val-every", "3", "--lengths", "16",
             "32", "--eval_windows", "2", "--no-progress", "--device", "cpu",
             "--run-dir", str(root), "--name", name]

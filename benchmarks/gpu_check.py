@@ -18,7 +18,7 @@ environment and commit of ``catlib.provenance.environment``, the code fingerprin
     the dtype change stands in for the device change: ``.double()`` (bit for bit a model never
     evaluated in float32), then ``.float()`` back.
 (b) throughput: a training step (forward, backward, AdamW update; one warm-up step first) of the
-    model of every row of ``catlib.experiment.ARMS``, at the sizes of the ``cpu`` and ``paper``
+    model of every row of ``catlib.experiment.ROWS``, at the sizes of the ``cpu`` and ``paper``
     profiles (``smoke`` only at --smoke), on random tokens: tokens per second of the median step
     and peak memory (``torch.cuda.max_memory_allocated``; on the CPU n/a per row, the process's
     maximum RSS for the stage).
@@ -54,7 +54,7 @@ from catlib.train import SideBySide  # noqa: E402
 
 EPS = torch.finfo(torch.float32).eps
 TOL_FACTOR = 128   # float32 on a CPU: about 2 eps * magnitude here (the report's error / (eps mag))
-SMALL = dict(d_model=32, n_heads=4, n_freq=8, quad_nodes=16, solver="rk4-classic", steps=2,
+SMALL = dict(d_model=32, n_heads=4, n_freq=8, quad_nodes=16, solver="rk4-classic", solver_steps=2,
              dropout=0.0)
 LENGTH = 24
 EXTRAS = ({}, {"train_length": LENGTH})   # tried in turn, for options that need more fields
@@ -164,11 +164,11 @@ def stage_a(rep, device, args):
 
 def time_row(label: str, profile: str, device: torch.device, repeats: int) -> dict:
     """Median seconds of a training step of ``label``'s model alone, at ``profile``'s sizes."""
-    arm, p = ex.ARMS[label], PROFILES[profile]["06_context_length"]
+    row, p = ex.ROWS[label], PROFILES[profile]["06_context_length"]
     sizes = {k: p[k] for k in ("d_model", "n_heads", "n_freq", "blocks", "solver", "dropout")}
-    model, tc = ex.configs(arm, {**sizes, "steps": p["solver_steps"]},
+    model, tc = ex.configs(row, {**sizes, "solver_steps": p["solver_steps"]},
                            {k: p[k] for k in ("train_steps", "lr", "batch", "seq")}, seed=0)
-    tc = dataclasses.replace(tc, models=(arm.model,))
+    tc = dataclasses.replace(tc, models=(row.model,))
     ids = torch.randint(0, model.vocab_size, (max(20_000, 4 * tc.batch * tc.seq),),
                         generator=torch.Generator().manual_seed(0))
     cuda = device.type == "cuda"
@@ -184,7 +184,7 @@ def time_row(label: str, profile: str, device: torch.device, repeats: int) -> di
         sync()
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times[1:])
-    return dict(row=label, profile=profile, model=arm.model, batch=tc.batch, seq=tc.seq,
+    return dict(row=label, profile=profile, model=row.model, batch=tc.batch, seq=tc.seq,
                 warmup_s=times[0], seconds_per_step=seconds, tokens_per_s=tc.batch * tc.seq / seconds,
                 peak_memory_mib=torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None)
 
@@ -198,10 +198,10 @@ def projected_training(profile: str, rows: list) -> float | None:
     for chapter, labels in ex.CHAPTER_ROWS.items():
         p = PROFILES[profile][chapter]
         for label in labels:
-            arm = ex.ARMS[label]
+            row = ex.ROWS[label]
             seeds = [p.get("seed", 0)] if chapter == "05_training" else p.get(
-                "published_seeds" if arm.variant == "published" else "seeds", p.get("seeds", [0]))
-            run = runs.setdefault((arm.variant, arm.split, arm.options, arm.trains), [set(), set()])
+                "published_seeds" if row.variant == "published" else "seeds", p.get("seeds", [0]))
+            run = runs.setdefault((row.variant, row.split, row.options, row.trains), [set(), set()])
             run[0].add(label)
             run[1].update(seeds)
     if any(label not in times for labels, _ in runs.values() for label in labels):
@@ -215,7 +215,7 @@ def stage_b(rep, device, args):
     """(b) Tokens per second and peak memory of a training step of every row (module doc)."""
     st = rep.stage("b", rows=[], errors={})
     for profile in ("smoke",) if args.smoke else ("cpu", "paper"):
-        for label in ex.ARMS:
+        for label in ex.ROWS:
             try:
                 st["rows"].append(time_row(label, profile, device, 1 if args.smoke else 3))
             except Exception as e:  # noqa: BLE001 - one row's failure is reported, the rest run

@@ -33,9 +33,9 @@ from catlib.train import SideBySide  # noqa: E402
 def step_seconds(label: str, profile: dict, repeats: int) -> float:
     """Median seconds of one training step of ``label``'s run at the profile's sizes."""
     sizes = dict(d_model=profile["d_model"], n_heads=profile["n_heads"], n_freq=profile["n_freq"],
-                 blocks=profile["blocks"], solver=profile["solver"], steps=profile["solver_steps"],
+                 blocks=profile["blocks"], solver=profile["solver"], solver_steps=profile["solver_steps"],
                  dropout=profile["dropout"])
-    train = dict(train_steps=profile["train_steps"], lr=profile["lr"], batch=profile["batch"],
+    train = dict(train_solver_steps=profile["train_steps"], lr=profile["lr"], batch=profile["batch"],
                  seq=profile["seq"])
     model, tc = ex.configs(ex.ARMS[label], sizes, train, seed=0)
     trainer = SideBySide(model, tc, load_corpus(split=tc.split).train, "cpu")

@@ -61,15 +61,15 @@ def worker(rows: list[str], train_steps: int, seed: int, root: Path) -> dict:
     torch.set_num_threads(1)
     p = PROFILES[PROFILE][CHAPTER]
     sizes = dict(d_model=p["d_model"], n_heads=p["n_heads"], n_freq=p["n_freq"],
-                 blocks=p["blocks"], solver=p["solver"], steps=p["solver_steps"],
+                 blocks=p["blocks"], solver=p["solver"], solver_steps=p["solver_steps"],
                  dropout=p["dropout"])
     train = dict(train_steps=train_steps, lr=p["lr"], batch=p["batch"], seq=p["seq"])
     lengths, windows = p["lengths"], p["eval_windows"]
     start = time.perf_counter()
-    runs = ex.train_arms(rows, [seed], sizes, train, root=root, device="cpu",
+    runs = ex.train_rows(rows, [seed], sizes, train, root=root, device="cpu",
                          lengths=lengths[:-1], eval_windows=windows, curve_length=lengths[-1],
                          jobs=1, echo=None)
-    corpus = {split: load_corpus(split=split) for split in {ex.ARMS[r].split for r in rows}}
+    corpus = {split: load_corpus(split=split) for split in {ex.ROWS[r].split for r in rows}}
     ce, _, _ = ex.table_scores(runs, rows, [seed], corpus, lengths[-1], windows, "cpu")
     return {"capability": torch.backends.cpu.get_cpu_capability(),
             "seconds": round(time.perf_counter() - start, 1), "lengths": lengths,
@@ -121,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     from catlib.book import PROFILES, _now
     from catlib.provenance import git_state, usable_cpus
 
-    unknown = [r for r in args.rows if r not in ex.ARMS]
+    unknown = [r for r in args.rows if r not in ex.ROWS]
     if unknown:
-        parser.error(f"unknown row {unknown[0]!r}; choose from {sorted(ex.ARMS)}")
+        parser.error(f"unknown row {unknown[0]!r}; choose from {sorted(ex.ROWS)}")
     profile = PROFILES[PROFILE][CHAPTER]
     steps = args.train_steps or profile["train_steps"]
     if args.worker:

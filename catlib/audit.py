@@ -77,7 +77,7 @@ CORRECTED_BY = {
 # catlib evaluates in eval mode; the audit measures how much dropout would move the score.
 PROTOCOL_DEFECTS = (7,)
 LONG_LENGTH = 5000   # the published longest context, for defect 10
-SOLVE = dict(solver="rk4-classic", steps=4)   # the measurements' solver (published MPS path)
+SOLVE = dict(solver="rk4-classic", solver_steps=4)   # the measurements' solver (published MPS path)
 
 
 class AuditError(ValueError):

@@ -55,13 +55,13 @@ FIGURE_DIR = "book/figures"  # relative to the repository root; cross-page figur
 _EXPERIMENT: dict[str, dict] = {
     "smoke": dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1,
                   dropout=0.0, train_steps=40, lr=4e-3, batch=4, seq=32, lengths=[16, 32, 64],
-                  eval_windows=4),
+                  eval_windows=4, curve_windows=4),
     "cpu": dict(d_model=128, n_heads=8, n_freq=32, blocks=1, solver="rk4-classic", solver_steps=1,
                 dropout=0.0, train_steps=500, lr=4e-3, batch=32, seq=128,
-                lengths=[128, 512, 1024, 5000], eval_windows=32),
+                lengths=[128, 512, 1024, 5000], eval_windows=32, curve_windows=8),
     "paper": dict(d_model=128, n_heads=8, n_freq=32, blocks=1, solver="rk4-classic", solver_steps=4,
                   dropout=0.1, train_steps=800, lr=3e-4, batch=32, seq=256,
-                  lengths=[128, 512, 1024, 5000], eval_windows=256),
+                  lengths=[128, 512, 1024, 5000], eval_windows=256, curve_windows=256),
 }
 
 PROFILES: dict[str, dict[str, dict]] = {
@@ -460,7 +460,8 @@ def run(profile: str, device: str = "auto", only: Iterable[str] | None = None, *
 
 TRAINING_STAGE = "training runs of 05, 06 and 08"
 _SHARED = ("d_model", "n_heads", "n_freq", "blocks", "solver", "solver_steps", "dropout",
-           "train_steps", "lr", "batch", "seq", "lengths", "eval_windows")
+           "train_steps", "lr", "batch", "seq", "lengths", "eval_windows",
+           "curve_windows")
 
 
 def train_runs_first(params: dict[str, dict], root: Path, device: str,
@@ -495,17 +496,18 @@ def train_runs_first(params: dict[str, dict], root: Path, device: str,
         train.update(val_every=chosen["05_training"]["val_every"],
                      val_windows=chosen["05_training"]["val_windows"])
     sizes = dict(d_model=first["d_model"], n_heads=first["n_heads"], n_freq=first["n_freq"],
-                 blocks=first["blocks"], solver=first["solver"], steps=first["solver_steps"],
+                 blocks=first["blocks"], solver=first["solver"], solver_steps=first["solver_steps"],
                  dropout=first["dropout"])
     lengths = list(first["lengths"])
     protocol = chosen.get("06_context_length", {}).get("published_protocol", False)
     n_runs = sum(len(v) for v in seeds.values())
     log(f"[book] {TRAINING_STAGE}: {len(seeds)} rows, {n_runs} row-seed pairs, one pool ...",
         flush=True)
-    runs = ex.train_arms(list(seeds), lambda label: sorted(seeds[label]), sizes, train,
+    runs = ex.train_rows(list(seeds), lambda label: sorted(seeds[label]), sizes, train,
                          root=root / "runs" / f"book-{first['profile']}", device=device,
                          lengths=lengths[:-1], eval_windows=first["eval_windows"],
-                         curve_length=lengths[-1], dropout_on=lengths if protocol else None,
+                         curve_length=lengths[-1], curve_windows=first.get("curve_windows"),
+                         dropout_on=lengths if protocol else None,
                          echo=lambda line: log(f"[book]   {line}", flush=True))
     unique = {id(run): run for run in runs.values()}.values()
     return {"trained": sum(not run.reused for run in unique),

@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="published (every defect kept) or causal (corrected) (default: published)")
     c.add_argument("--solver", choices=SOLVER_NAMES, default=None,
                    help="depth integrator (default: the published choice, dopri5; rk4-classic on mps)")
-    c.add_argument("--ode-steps", type=int, default=4,
+    c.add_argument("--solver_steps", type=int, default=4,
                    help="steps of the fixed-step solvers rk4-classic and euler (default: 4)")
     c.add_argument("--rtol", type=float, default=1e-7, help="dopri5 relative tolerance (default: 1e-7)")
     c.add_argument("--atol", type=float, default=1e-9, help="dopri5 absolute tolerance (default: 1e-9)")
@@ -161,7 +161,7 @@ def cmd_train(args) -> int:
         model_config = CATConfig(
             d_model=args.d_model, n_heads=args.n_heads, n_freq=args.n_freq, basis=args.basis,
             blocks=args.blocks, sob_lambda=args.sob_lambda, variant=args.variant, solver=solver,
-            rtol=args.rtol, atol=args.atol, adjoint=args.adjoint, steps=args.ode_steps)
+            rtol=args.rtol, atol=args.atol, adjoint=args.adjoint, solver_steps=args.solver_steps)
         train_config = TrainConfig(train_steps=args.train_steps, lr=args.lr, batch=args.batch,
                                    seq=args.seq, seed=args.seed, val_every=args.val_every,
                                    checkpoint_every=args.checkpoint_every, budget=args.budget,
@@ -206,8 +206,8 @@ def cmd_eval(args) -> int:
 
 
 def _flagify(message: str) -> str:
-    """'ode steps must ...' -> name the command-line flag instead of the config field."""
-    flags = {"steps": "--ode-steps", "vocab_size": "vocab_size", "val_every": "--val-every",
+    """'val_every must ...' -> name the command-line flag instead of the config field."""
+    flags = {"vocab_size": "vocab_size", "val_every": "--val-every",
              "checkpoint_every": "--checkpoint-every", "batch_tokens": "--batch-tokens"}
     field = message.split(" ", 1)[0]
     flag = flags.get(field, f"--{field}")

@@ -1,12 +1,12 @@
 """The book's context-length experiment: which models, trained how, scored where.
 
-An :class:`Arm` is one row of the results tables: one model (CAT or a baseline) of a
+An :class:`Row` is one row of the results tables: one model (CAT or a baseline) of a
 training run, the run defined by the variant, the corpus split and a few ``CATConfig``
 options on top of sizes shared by every row. Rows that come from the same run (the
 causal CAT and its sinusoidal baseline) are trained once. Every run of a seed sees the
 same batches (same sampler seed, same split), so rows differ only by their model.
 
-``ARMS`` lists the rows of the book; notebooks 05, 06, 07 and 08 pick from it, so a row
+``ROWS`` lists the rows of the book; notebooks 05, 06, 07 and 08 pick from it, so a row
 has one name everywhere: tables, figures and the artefacts in ``results/``.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .train import TrainConfig
 
 
 @dataclass(frozen=True)
-class Arm:
+class Row:
     """One row: ``model`` ("cat" or "base") of the run of ``variant`` on ``split``.
 
     ``options``: CATConfig fields of this row beyond the shared sizes, as (name, value)
@@ -59,22 +59,22 @@ class Arm:
         return self.variant == "causal"
 
 
-ARMS: dict[str, Arm] = {a.label: a for a in (
-    Arm("published CAT", "published", "cat", "published", published_dropout=True),
-    Arm("published baseline", "published", "base", "published", published_dropout=True),
-    Arm("causal CAT", "causal", "cat", "90/10"),
-    Arm("sinusoidal baseline", "causal", "base", "90/10"),
-    Arm("RoPE baseline", "causal", "base", "90/10", (("baseline_positions", "rope"),), ("base",)),
-    Arm("ALiBi baseline", "causal", "base", "90/10", (("baseline_positions", "alibi"),), ("base",)),
-    Arm("relative CAT", "causal", "cat", "90/10", (("kernel", "relative"),), ("cat",)),
-    Arm("content-aware CAT", "causal", "cat", "90/10", (("kernel", "content"),), ("cat",)),
-    Arm("content-aware CAT, horizon 128", "causal", "cat", "90/10",
+ROWS: dict[str, Row] = {a.label: a for a in (
+    Row("published CAT", "published", "cat", "published", published_dropout=True),
+    Row("published baseline", "published", "base", "published", published_dropout=True),
+    Row("causal CAT", "causal", "cat", "90/10"),
+    Row("sinusoidal baseline", "causal", "base", "90/10"),
+    Row("RoPE baseline", "causal", "base", "90/10", (("baseline_positions", "rope"),), ("base",)),
+    Row("ALiBi baseline", "causal", "base", "90/10", (("baseline_positions", "alibi"),), ("base",)),
+    Row("relative CAT", "causal", "cat", "90/10", (("kernel", "relative"),), ("cat",)),
+    Row("content-aware CAT", "causal", "cat", "90/10", (("kernel", "content"),), ("cat",)),
+    Row("content-aware CAT, horizon 128", "causal", "cat", "90/10",
         (("kernel", "content"), ("kernel_horizon", 128.0)), ("cat",)),
-    Arm("ALiBi-prior CAT", "causal", "cat", "90/10", (("kernel", "alibi-prior"),), ("cat",)),
-    Arm("KERPLE-prior CAT", "causal", "cat", "90/10", (("kernel", "kerple-prior"),), ("cat",)),
-    Arm("ALiBi inside the CAT block", "causal", "cat", "90/10",
+    Row("ALiBi-prior CAT", "causal", "cat", "90/10", (("kernel", "alibi-prior"),), ("cat",)),
+    Row("KERPLE-prior CAT", "causal", "cat", "90/10", (("kernel", "kerple-prior"),), ("cat",)),
+    Row("ALiBi inside the CAT block", "causal", "cat", "90/10",
         (("kernel", "alibi-prior"), ("kernel_residual", False)), ("cat",)),
-    Arm("looped ALiBi baseline", "causal", "base", "90/10",
+    Row("looped ALiBi baseline", "causal", "base", "90/10",
         (("baseline_positions", "alibi"), ("baseline_loops", 4)), ("base",)),
 )}
 HEADLINE = ("published CAT", "published baseline", "causal CAT", "sinusoidal baseline",
@@ -100,27 +100,27 @@ def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
     :data:`DIAGNOSTIC` rows; else ``seeds``."""
     if chapter == "05_training":
         return [params["seed"]]
-    if chapter == "06_context_length" and ARMS[label].variant == "published":
+    if chapter == "06_context_length" and ROWS[label].variant == "published":
         return list(params["published_seeds"])
     if chapter == "08_beyond" and label in DIAGNOSTIC:
         return list(params["seeds"][:1])
     return list(params["seeds"])
 
 
-def configs(arm: Arm, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, TrainConfig]:
-    """The model and training configuration of ``arm``'s run for ``seed``.
+def configs(row: Row, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, TrainConfig]:
+    """The model and training configuration of ``row``'s run for ``seed``.
 
     ``sizes``: CATConfig fields shared by every row (d_model, n_heads, n_freq, blocks,
     solver, steps, dropout); ``train``: TrainConfig fields (train_steps, lr, batch, seq, ...).
     """
     fields = dict(sizes)
-    if arm.published_dropout:
+    if row.published_dropout:
         fields.pop("dropout", None)                 # the published rate, CATConfig's default
-    options = dict(arm.options)
+    options = dict(row.options)
     if options.get("kernel") in PRIOR_KERNELS:
         options.setdefault("train_length", train["seq"])   # the residual lives below it
-    model = CATConfig(variant=arm.variant, **fields, **options)
-    return model, TrainConfig(**train, seed=seed, split=arm.split, models=arm.trains)
+    model = CATConfig(variant=row.variant, **fields, **options)
+    return model, TrainConfig(**train, seed=seed, split=row.split, models=row.trains)
 
 
 def default_jobs(device) -> int:
@@ -146,39 +146,41 @@ def worker_devices(device, jobs: int | None = None, devices=None) -> list[str]:
     return [str(device)]
 
 
-def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
+def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
                root, device, lengths, eval_windows: int, curve_length: int | None = None,
-               dropout_on: list | None = None, jobs: int | None = None, devices=None,
+               curve_windows: int | None = None, dropout_on: list | None = None, jobs: int | None = None, devices=None,
                echo: Callable[[str], None] | None = print) -> dict[tuple[str, int], Run]:
-    """Train (or reuse) the run of every arm and seed, evaluated at ``lengths``.
+    """Train (or reuse) the run of every row and seed, evaluated at ``lengths``.
 
-    ``seeds``: a list of seeds, or a function of the arm's label giving its seeds.
+    ``seeds``: a list of seeds, or a function of the row's label giving its seeds.
 
     With ``curve_length``, each trained model's per-position CE at that length is computed
-    too (on at most ``eval_windows`` windows) and stored with its run (:func:`position_curve`).
-    With ``dropout_on`` (lengths), the runs of arms that keep the published dropout are also
-    scored by the published protocol, dropout on, at those lengths (:func:`dropout_on_rows`).
+    too (on at most ``curve_windows`` windows, default ``eval_windows``) and stored with its
+    run (:func:`position_curve`). With ``dropout_on`` (lengths), the runs of rows that keep
+    the published dropout are also scored by the published protocol, dropout on, at those
+    lengths (:func:`dropout_on_rows`; ``curve_windows`` at ``curve_length``).
     The runs are independent: on the CPU they train in parallel processes, ``jobs`` at a
     time, each on one thread, so that the numbers do not depend on ``jobs``; on CUDA with
     several ``devices``, one process per device takes every n-th run
     (:func:`worker_devices`). The costliest jobs start first. Returns
-    ``{(label, seed): Run}``; arms that share a run share the Run object, whose ``reused``
+    ``{(label, seed): Run}``; rows that share a run share the Run object, whose ``reused``
     says whether this call found it finished (False: it trained it).
     """
     device = torch.device(device)
     slots = worker_devices(device, jobs, devices)
     seeds_of = _seeds_of(seeds)
     specs, owners = {}, {}
-    for label in arms:
+    for label in rows:
         for seed in seeds_of(label):
-            arm = ARMS[label]
-            model, tc = configs(arm, sizes, train, seed)
+            row = ROWS[label]
+            model, tc = configs(row, sizes, train, seed)
             key = (json.dumps(model.resolved().to_dict(), sort_keys=True), json.dumps(tc.identity()))
             if key not in specs:
                 specs[key] = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root),
                                   lengths=list(lengths), eval_windows=eval_windows,
                                   curve_length=curve_length,
-                                  dropout_on=list(dropout_on or []) if arm.published_dropout else [])
+                                  curve_windows=curve_windows or eval_windows,
+                                  dropout_on=list(dropout_on or []) if row.published_dropout else [])
             owners.setdefault(key, []).append((label, seed))
     # Longest first, so that no worker is left with a long job at the end (wall time only).
     specs = dict(sorted(specs.items(), key=lambda item: -_expected_cost(item[1])))
@@ -202,7 +204,7 @@ def train_arms(arms: Iterable[str], seeds, sizes: dict, train: dict, *,
 
 
 def _seeds_of(seeds) -> Callable[[str], list]:
-    """``seeds`` as a function of the arm's label: itself if callable, else the same list."""
+    """``seeds`` as a function of the row's label: itself if callable, else the same list."""
     return seeds if callable(seeds) else (lambda label, fixed=list(seeds): fixed)
 
 
@@ -259,11 +261,12 @@ def _train_job(spec: dict) -> dict:
                         eval_windows=spec["eval_windows"], progress=False, echo=None)
         corpus = load_corpus(split=tc.split) if spec["curve_length"] or spec["dropout_on"] else None
         if spec["curve_length"]:
-            n = n_windows(len(corpus.val), spec["curve_length"], spec["eval_windows"])
+            n = n_windows(len(corpus.val), spec["curve_length"], spec["curve_windows"])
             for model_key in tc.models:
                 position_curve(run, model_key, corpus, spec["curve_length"], n, spec["device"])
         if spec["dropout_on"]:
-            dropout_on_rows(run, corpus, spec["dropout_on"], spec["eval_windows"], spec["device"])
+            dropout_on_rows(run, corpus, spec["dropout_on"], spec["eval_windows"], spec["device"],
+                            curve_length=spec["curve_length"], curve_windows=spec["curve_windows"])
         return {"name": run.path.name, "reused": run.reused}
     finally:
         torch.set_num_threads(threads)
@@ -289,8 +292,8 @@ def _expected_cost(spec: dict) -> float:
 
 
 def scores(runs: dict, label: str, seeds: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
-    """``(ce [seeds, lengths], leak [seeds])`` of one arm from its runs' stored evaluations."""
-    model = ARMS[label].model
+    """``(ce [seeds, lengths], leak [seeds])`` of one row from its runs' stored evaluations."""
+    model = ROWS[label].model
     ce = np.array([[row[f"{model}_ce"] if row.get(f"{model}_ce") is not None else np.nan
                     for row in runs[label, s].result["rows"]] for s in seeds], dtype=float)
     leak = np.array([runs[label, s].result["leak"][model] for s in seeds], dtype=float)
@@ -319,19 +322,31 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
 
 
 def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
-                    device=None) -> list[dict]:
+                    device=None, curve_length: int | None = None,
+                    curve_windows: int | None = None) -> list[dict]:
     """The published protocol's table of a run: :func:`~catlib.evaluate.context_table` of
     both its models with dropout on (the published script never calls ``eval()``), the
     masks seeded by the run's seed. Stored in the run directory like :func:`position_curve`.
+
+    At ``curve_length`` the windows are capped by ``curve_windows`` (the windows of the
+    per-position curve, whose mean is the evaluation-mode CE there), elsewhere by
+    ``eval_windows``.
     """
     _check_split(run, corpus)
     models, _ = run.load_weights(device or "cpu")
     seed = run.train_config.seed
+    cap = {L: (curve_windows or eval_windows) if L == curve_length else eval_windows
+           for L in lengths}
     ident = {"weights": weights_digest(models), "code": code_fingerprint(),
              "lengths": list(lengths), "windows": eval_windows, "seed": seed}
-    return _stored_with_run(run, "eval-dropout-on.json", ident, lambda: context_table(
-        models["cat"], models["base"], corpus.val, lengths, eval_windows,
-        dropout_in_eval=True, device=device, seed=seed))
+    if set(cap.values()) != {eval_windows}:
+        ident["windows_at"] = {str(L): n for L, n in cap.items()}
+
+    def table():
+        return [row for L in lengths for row in context_table(
+            models["cat"], models["base"], corpus.val, [L], cap[L],
+            dropout_in_eval=True, device=device, seed=seed)]
+    return _stored_with_run(run, "eval-dropout-on.json", ident, table)
 
 
 def _check_split(run: Run, corpus: Corpus) -> None:
@@ -358,21 +373,22 @@ def _stored_with_run(run: Run, name: str, ident: dict, compute: Callable[[], obj
 
 
 def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest: int,
-                 eval_windows: int, device=None) -> tuple[dict, dict, dict]:
-    """Everything a results table needs, per arm: ``(ce, leak, curves)``.
+                 eval_windows: int, device=None,
+                 curve_windows: int | None = None) -> tuple[dict, dict, dict]:
+    """Everything a results table needs, per row: ``(ce, leak, curves)``.
 
     ``ce[label]`` is ``[seeds, lengths]``: the stored evaluation at the shorter lengths and,
     last, the mean of the per-position curve at ``longest`` (the same windows, so the same
     number as the published protocol); ``leak[label]`` is ``[seeds]``; ``curves[label]`` is
-    ``[seeds, longest]``. ``seeds``: a list or a function of the label; ``corpus``:
-    ``{split: Corpus}``.
+    ``[seeds, longest]``, on at most ``curve_windows`` windows (default ``eval_windows``).
+    ``seeds``: a list or a function of the label; ``corpus``: ``{split: Corpus}``.
     """
     seeds_of = _seeds_of(seeds)
     ce, leak, curves = {}, {}, {}
     for label in labels:
-        arm, split_corpus = ARMS[label], corpus[ARMS[label].split]
-        n = n_windows(len(split_corpus.val), longest, eval_windows)
-        curves[label] = np.array([position_curve(runs[label, s], arm.model, split_corpus, longest,
+        row, split_corpus = ROWS[label], corpus[ROWS[label].split]
+        n = n_windows(len(split_corpus.val), longest, curve_windows or eval_windows)
+        curves[label] = np.array([position_curve(runs[label, s], row.model, split_corpus, longest,
                                                  n, device) for s in seeds_of(label)])
         short, leak[label] = scores(runs, label, seeds_of(label))
         ce[label] = np.concatenate([short, curves[label].mean(1, keepdims=True)], axis=1)

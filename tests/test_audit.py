@@ -184,7 +184,7 @@ def test_state_dict_round_trip(tmp_path, basis):
 
 def test_run_directory(tmp_path, tiny_path, monkeypatch):
     monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
-    cfg = catlib.CATConfig(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", steps=1,
+    cfg = catlib.CATConfig(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", solver_steps=1,
                            variant="causal")
     run = catlib.train_run(cfg, catlib.TrainConfig(train_steps=2, batch=2, seq=16), root=tmp_path,
                            lengths=(16,), eval_windows=2, progress=False, echo=None, device="cpu")

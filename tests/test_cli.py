@@ -11,7 +11,7 @@ from catlib.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--d_model", "16", "--n_heads", "2", "--n_freq", "4", "--solver", "rk4-classic",
-        "--ode-steps", "1", "--train_steps", "3", "--batch", "2", "--seq", "16",
+        "--solver_steps", "1", "--train_steps", "3", "--batch", "2", "--seq", "16",
         "--lengths", "16", "32", "--eval_windows", "4", "--no-progress", "--device", "cpu"]
 PUBLISHED = dict(device="auto", blocks=1, d_model=128, n_heads=8, n_freq=32, basis="fourier",
                  sob_lambda=5e-7, train_steps=800, lr=3e-4, batch=32, seq=256, eval_windows=256)

@@ -21,7 +21,7 @@ from catlib.nn.qk_attention import alibi_bias
 V = 13
 T_TRAIN = 24
 TINY = dict(vocab_size=V, d_model=16, n_heads=4, n_freq=6, variant="causal",
-            solver="rk4-classic", steps=1, dropout=0.0)
+            solver="rk4-classic", solver_steps=1, dropout=0.0)
 PRIORS = ["alibi-prior", "kerple-prior"]
 EPS32 = torch.finfo(torch.float32).eps
 
@@ -165,7 +165,7 @@ def test_flops_count_attention_and_every_solver_evaluation():
     short, long = (forward_flops_per_token(base, t) for t in (16, 64))
     # Attention grows with T per token (4 h T d_head per layer), the rest does not.
     assert long - short == pytest.approx(4 * (64 - 16) * TINY["d_model"], rel=1e-12)
-    one, four = (forward_flops_per_token(_cat("alibi-prior", kernel_residual=False, steps=s), 16)
+    one, four = (forward_flops_per_token(_cat("alibi-prior", kernel_residual=False, solver_steps=s), 16)
                  for s in (1, 4))
     projection = 2 * TINY["d_model"] * V
     assert four - projection == pytest.approx(4 * (one - projection), rel=1e-12)

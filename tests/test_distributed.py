@@ -16,7 +16,7 @@ from catlib.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--d_model", "16", "--n_heads", "2", "--n_freq", "8", "--solver", "rk4-classic",
-        "--ode-steps", "1", "--train_steps", "5", "--batch", "4", "--seq", "16",
+        "--solver_steps", "1", "--train_steps", "5", "--batch", "4", "--seq", "16",
         "--variant", "causal", "--eval_windows", "2", "--lengths", "16", "--no-progress",
         "--checkpoint-every", "1", "--device", "cpu"]
 TIMEOUT = 20  # CATLIB_DDP_TIMEOUT of the launches

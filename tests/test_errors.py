@@ -18,7 +18,7 @@ SMALL = dict(vocab_size=11, d_model=16, n_heads=2, n_freq=4, quad_nodes=8, solve
     ("quad_nodes", 0, "an integer >= 1"),
     ("blocks", 0, "an integer >= 1"),
     ("vocab_size", 0, "an integer >= 1"),
-    ("steps", 0, "an integer >= 1"),
+    ("solver_steps", 0, "an integer >= 1"),
     ("basis", "legendre", "one of ['fourier', 'cheb']"),
     ("solver", "rk45", "one of ['dopri5', 'rk4-classic', 'euler']"),
     ("variant", "corrected", "one of ['published', 'causal']"),

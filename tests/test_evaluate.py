@@ -13,7 +13,7 @@ from catlib.evaluate import (TABLE_HEADER, bigram_ce, context_table, cross_entro
                              format_table, leak_score, n_windows, windows)
 from catlib.nn.model import CAT
 
-TINY = dict(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", steps=1)
+TINY = dict(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", solver_steps=1)
 
 
 class Uniform(nn.Module):

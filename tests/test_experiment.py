@@ -12,7 +12,7 @@ from catlib.data import load_corpus
 from catlib.evaluate import context_table, cross_entropy
 from catlib.extrapolation import read_extrapolation_json, read_position_csv
 
-SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", steps=1, dropout=0.0)
+SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1, dropout=0.0)
 TRAIN = dict(train_steps=3, lr=4e-3, batch=2, seq=16)
 
 
@@ -29,21 +29,21 @@ def _one_thread():
 
 def test_configs_follow_the_row(tiny_path):
     # Catches a row built with the wrong variant, split, trained models or dropout.
-    model, tc = ex.configs(ex.ARMS["published CAT"], SIZES, TRAIN, seed=2)
+    model, tc = ex.configs(ex.ROWS["published CAT"], SIZES, TRAIN, seed=2)
     assert model.variant == "published" and model.dropout == 0.1      # the published rate
     assert tc.split == "published" and tc.seed == 2 and tc.models == ("cat", "base")
-    model, tc = ex.configs(ex.ARMS["ALiBi baseline"], SIZES, TRAIN, seed=0)
+    model, tc = ex.configs(ex.ROWS["ALiBi baseline"], SIZES, TRAIN, seed=0)
     assert model.baseline_positions == "alibi" and model.dropout == 0.0
     assert tc.split == "90/10" and tc.models == ("base",)
-    model, _ = ex.configs(ex.ARMS["relative CAT"], SIZES, TRAIN, seed=0)
+    model, _ = ex.configs(ex.ROWS["relative CAT"], SIZES, TRAIN, seed=0)
     assert model.kernel == "relative" and model.resolved().causal
-    assert set(ex.HEADLINE) | set(ex.BEYOND) == set(ex.ARMS)
+    assert set(ex.HEADLINE) | set(ex.BEYOND) == set(ex.ROWS)
 
 
 @pytest.fixture
 def trained(tmp_path, tiny_path):
     labels = ("causal CAT", "sinusoidal baseline", "RoPE baseline")
-    runs = ex.train_arms(labels, [0], SIZES, TRAIN, root=tmp_path, device="cpu",
+    runs = ex.train_rows(labels, [0], SIZES, TRAIN, root=tmp_path, device="cpu",
                          lengths=[16, 32], eval_windows=2, echo=None)
     return runs, load_corpus(tiny_path, split="90/10")
 
@@ -110,7 +110,7 @@ def test_parallel_runs_give_the_serial_numbers(tmp_path, tiny_path, monkeypatch)
     labels = ("causal CAT", "RoPE baseline")
     out = {}
     for jobs in (1, 2):
-        runs = ex.train_arms(labels, [0], SIZES, TRAIN, root=tmp_path / f"jobs{jobs}", device="cpu",
+        runs = ex.train_rows(labels, [0], SIZES, TRAIN, root=tmp_path / f"jobs{jobs}", device="cpu",
                              lengths=[16], eval_windows=2, curve_length=32, jobs=jobs, echo=None)
         corpus = {"90/10": load_corpus(tiny_path, split="90/10")}
         out[jobs] = ex.table_scores(runs, labels, [0], corpus, 32, 2)
@@ -133,7 +133,7 @@ def test_workers_stop_when_the_notebook_is_killed(tmp_path, tiny_path):
 
     script = (
         "import sys; from catlib import experiment as ex; "
-        f"ex.train_arms(('RoPE baseline', 'ALiBi baseline'), [0], {SIZES!r}, "
+        f"ex.train_rows(('RoPE baseline', 'ALiBi baseline'), [0], {SIZES!r}, "
         "dict(train_steps=100000, lr=4e-3, batch=2, seq=16, checkpoint_every=1000), "
         f"root={str(tmp_path)!r}, device='cpu', lengths=[16], eval_windows=2, jobs=2, echo=None)")
     env = {**os.environ, "CATLIB_DATA": str(tiny_path), "OMP_NUM_THREADS": "1"}
@@ -180,7 +180,7 @@ def test_book_refuses_absent_gpus(capsys):
 def test_dropout_on_rows_are_the_published_protocol_and_stored(tmp_path, tiny_path, monkeypatch):
     # Catches a stored dropout-on table that differs from evaluating with dropout on, one
     # that is not reused, or one reused for other weights.
-    runs = ex.train_arms(["published CAT"], [1], SIZES, TRAIN, root=tmp_path, device="cpu",
+    runs = ex.train_rows(["published CAT"], [1], SIZES, TRAIN, root=tmp_path, device="cpu",
                          lengths=[16], eval_windows=2, dropout_on=[16, 32], echo=None)
     run, corpus = runs["published CAT", 1], load_corpus(tiny_path, split="published")
     assert (run.path / "eval-dropout-on.json").exists()           # computed by the job itself
@@ -200,6 +200,20 @@ def test_dropout_on_rows_are_the_published_protocol_and_stored(tmp_path, tiny_pa
     stored.write_text(json.dumps(data))
     with pytest.raises(TypeError):                                 # recomputed: reaches it
         ex.dropout_on_rows(run, corpus, [16, 32], 2)
+
+
+def test_longest_length_of_the_dropout_on_table_uses_the_curve_windows(tmp_path, tiny_path):
+    # Catches a dropout-on table whose longest length is scored on other windows than the
+    # per-position curve whose mean is the evaluation-mode CE there.
+    runs = ex.train_rows(["published CAT"], [1], SIZES, TRAIN, root=tmp_path, device="cpu",
+                         lengths=[16], eval_windows=3, curve_length=32, curve_windows=1,
+                         dropout_on=[16, 32], echo=None)
+    run, corpus = runs["published CAT", 1], load_corpus(tiny_path, split="published")
+    rows = ex.dropout_on_rows(run, corpus, [16, 32], 3, curve_length=32, curve_windows=1)
+    assert [r["windows"] for r in rows] == [3, 1]
+    assert list(json.loads((run.path / "eval-dropout-on.json").read_text())["value"]) == rows
+    curve = ex.position_curve(run, "cat", corpus, 32, 1)           # stored by the job: 1 window
+    assert curve.shape == (32,) and (run.path / "positions-cat-32x1.json").exists()
 
 
 def test_costliest_jobs_start_first():
@@ -231,7 +245,7 @@ def test_book_trains_the_chapters_runs_first(tmp_path, tiny_path, monkeypatch):
     assert book.train_runs_first(params, tmp_path, "cpu", log=quiet) == {"trained": 0, "reused": 7}
     sizes = dict(SIZES)
     said = []
-    runs = ex.train_arms(ex.HEADLINE, lambda l: [1] if "published" in l else [0, 1], sizes,
+    runs = ex.train_rows(ex.HEADLINE, lambda l: [1] if "published" in l else [0, 1], sizes,
                          dict(TRAIN), root=tmp_path / "runs" / "book-t", device="cpu",
                          lengths=[16], eval_windows=2, curve_length=32, dropout_on=[16, 32],
                          echo=said.append)

@@ -19,7 +19,7 @@ from catlib.nn.qk_attention import alibi_bias
 
 V = 65
 SMALL = dict(vocab_size=V, d_model=16, n_heads=2, n_freq=4, quad_nodes=8, blocks=1,
-             solver="rk4-classic", steps=2)
+             solver="rk4-classic", solver_steps=2)
 
 
 class Uniform(nn.Module):

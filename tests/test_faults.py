@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import faults  # noqa: E402
 
 TINY = ["--d_model", "16", "--n_heads", "2", "--n_freq", "8", "--solver", "rk4-classic",
-        "--ode-steps", "1", "--train_steps", "4", "--batch", "2", "--seq", "16",
+        "--solver_steps", "1", "--train_steps", "4", "--batch", "2", "--seq", "16",
         "--checkpoint-every", "2", "--lengths", "16", "--eval_windows", "2", "--no-progress",
         "--device", "cpu"]
 IGNORED = ("seconds", "tokens_per_s")

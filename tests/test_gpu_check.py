@@ -12,7 +12,7 @@ import torch
 
 from catlib.nn import config
 from catlib.book import PROFILES
-from catlib.experiment import ARMS
+from catlib.experiment import ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_smoke_check_passes(smoke):
 
 def test_every_row_has_a_throughput(smoke):
     rows = {r["row"]: r for r in smoke[1]["stages"]["b"]["rows"]}
-    assert set(rows) == set(ARMS)
+    assert set(rows) == set(ROWS)
     for label, row in rows.items():
         assert row["tokens_per_s"] > 0 and row["profile"] == "smoke", label
 

@@ -11,7 +11,7 @@ from catlib.runs import (RunError, RunInterrupted, TrainingFailed, atomic_save, 
                          load_checkpoint, open_run, train_run)
 from catlib.train import TrainConfig
 
-TINY = CATConfig(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", steps=1)
+TINY = CATConfig(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", solver_steps=1)
 EVAL = dict(lengths=(16,), eval_windows=2, progress=False, echo=None, device="cpu")
 
 

@@ -143,7 +143,7 @@ def _small_cat(**kw):
 @pytest.mark.parametrize("blocks", [1, 2])
 def test_model_nfe_fixed_step(solver, steps, per_block, blocks):
     torch.manual_seed(0)
-    model = _small_cat(solver=solver, steps=steps, blocks=blocks)
+    model = _small_cat(solver=solver, solver_steps=steps, blocks=blocks)
     tokens = torch.randint(0, 11, (2, 6))
     logits, pen = model(tokens)
     assert model.nfe == {"forward": per_block * blocks, "backward": 0}

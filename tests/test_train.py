@@ -14,7 +14,7 @@ from catlib.train import NonFiniteLoss, SideBySide, TrainConfig, penalty_weight,
 
 # published: dropout inside the dynamics draws random numbers at every evaluation, a hard
 # case for resume (dopri5 is avoided here: with that dropout its step count explodes, defect 6)
-TINY = dict(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", steps=2)
+TINY = dict(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", solver_steps=2)
 
 
 def _losses(log):

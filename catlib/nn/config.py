@@ -43,7 +43,7 @@ class CATConfig:
     Sizes: ``d_model`` D, ``n_heads`` h (D % h == 0), ``n_freq`` n basis
     functions per axis, ``quad_nodes`` Q Gauss-Legendre nodes, ``blocks`` K ODE
     blocks. ``solver`` picks the depth integrator from :data:`catlib.nn.solvers.SOLVERS`;
-    ``steps`` is the step count of the fixed-step solvers, ``max_steps`` caps dopri5.
+    ``solver_steps`` is the step count of the fixed-step solvers, ``max_steps`` caps dopri5.
     """
 
     vocab_size: int = 65
@@ -61,7 +61,7 @@ class CATConfig:
     atol: float = 1e-9
     adjoint: bool = True
     adjoint_seminorm: bool = False
-    steps: int = 4
+    solver_steps: int = 4
     max_steps: int | None = None
     causal: bool | None = None
     normalised_integral: bool | None = None
@@ -89,7 +89,7 @@ class CATConfig:
         _choice("solver", self.solver, SOLVER_NAMES)
         if self.penalty is not None:
             _choice("penalty", self.penalty, PENALTIES)
-        for name in ("vocab_size", "d_model", "n_heads", "n_freq", "blocks", "quad_nodes", "steps"):
+        for name in ("vocab_size", "d_model", "n_heads", "n_freq", "blocks", "quad_nodes", "solver_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -171,6 +171,8 @@ class CATConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "CATConfig":
         known = {f.name for f in dataclasses.fields(cls)}
+        if "steps" in data and "solver_steps" not in data:    # its name in runs before the rename
+            data = {("solver_steps" if k == "steps" else k): v for k, v in data.items()}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown CATConfig field(s) {unknown}; known fields: {sorted(known)}")

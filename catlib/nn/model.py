@@ -108,7 +108,7 @@ class CAT(nn.Module):
     def solve_options(self) -> dict:
         cfg = self.config
         return dict(rtol=cfg.rtol, atol=cfg.atol, adjoint=cfg.adjoint and torch.is_grad_enabled(),
-                    adjoint_seminorm=cfg.adjoint_seminorm, steps=cfg.steps, max_steps=cfg.max_steps)
+                    adjoint_seminorm=cfg.adjoint_seminorm, steps=cfg.solver_steps, max_steps=cfg.max_steps)
 
     def forward(self, tokens: torch.Tensor, penalty: bool = True):
         if tokens.dim() != 2 or tokens.shape[1] < 1:

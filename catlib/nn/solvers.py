@@ -34,7 +34,7 @@ class SolveOptions:
     atol: float = _DEFAULT["atol"]
     adjoint: bool = _DEFAULT["adjoint"]
     adjoint_seminorm: bool = _DEFAULT["adjoint_seminorm"]
-    steps: int = _DEFAULT["steps"]
+    steps: int = _DEFAULT["solver_steps"]
     max_steps: int | None = _DEFAULT["max_steps"]
     adjoint_params: Sequence[torch.Tensor] | None = None
 
