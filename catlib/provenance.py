@@ -63,7 +63,28 @@ def environment(packages, device=None, root: Path = REPO_ROOT) -> dict:
         env["device"] = {"type": device.type, "name": (torch.cuda.get_device_name(device)
                                                        if device.type == "cuda" else str(device))}
         env["torch_threads"] = torch.get_num_threads()
+        env["torch_build"] = torch_build(device)
     return env
+
+
+def torch_build(device) -> dict:
+    """What torch computes with on ``device``: the CPU kernel dispatch (AVX2, AVX-512, or
+    ATen's plain kernels, which round differently), the BLAS torch was built with, and on
+    CUDA the CUDA, cuDNN and driver versions (from ``torch.utils.collect_env``)."""
+    import torch
+
+    import re
+
+    found = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    blas = found.group(1) if found else None
+    out = {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "blas": blas,
+           "cuda": torch.version.cuda}
+    if device.type == "cuda":
+        from torch.utils import collect_env
+
+        out["cudnn"] = torch.backends.cudnn.version()
+        out["driver"] = collect_env.get_nvidia_driver_version(collect_env.run)
+    return out
 
 
 # What decides a run's trained weights and its evaluation, and so enters its fingerprint:

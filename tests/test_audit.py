@@ -10,6 +10,7 @@ import torch
 import catlib
 from catlib import audit
 from catlib.audit import AuditError, audit_model, load_for_audit
+from catlib.cli import add_audit_parser, main as cli_main
 from catlib.nn.config import CORRECTIONS
 
 SMALL = dict(d_model=16, n_heads=2, n_freq=8)
@@ -250,25 +251,25 @@ def test_bad_basis_and_non_cat_model():
 def test_command_line(tmp_path, capsys):
     path = tmp_path / "cat.pt"
     torch.save(_cat(**ODD).state_dict(), path)
-    assert audit.main([str(path), "--device", "cpu", "--no-nfe"]) == 0
+    assert cli_main(["audit", str(path), "--device", "cpu", "--no-nfe"]) == 0
     out = capsys.readouterr().out
     assert "basis is not recorded" in out and "not causal" in out and len(out.splitlines()) > 20
-    assert audit.main([str(path), "--json", "--basis", "cheb", "--device", "cpu", "--no-nfe"]) == 0
+    assert cli_main(["audit", str(path), "--json", "--basis", "cheb", "--device", "cpu", "--no-nfe"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["basis"] == "cheb" and doc["sizes"]["n_heads"] == 4
     assert [f["defect"] for f in doc["findings"]] == list(range(1, 11))
     eight = doc["findings"][7]
     assert eight["shows"] is True and eight["value"] is None      # NaN becomes null
     (tmp_path / "notes.txt").write_text("not a checkpoint\n")
-    assert audit.main([str(tmp_path / "notes.txt"), "--device", "cpu"]) == 2
+    assert cli_main(["audit", str(tmp_path / "notes.txt"), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("python -m catlib.audit: error:") and "\n" not in err
+    assert err.startswith("python -m catlib audit: error:") and "\n" not in err
 
 
 def test_add_parser_wires_into_a_command_line(tmp_path, capsys):
     import argparse
     top = argparse.ArgumentParser(prog="python -m catlib")
-    audit.add_parser(top.add_subparsers(dest="command"))
+    add_audit_parser(top.add_subparsers(dest="command"))
     args = top.parse_args(["audit", str(tmp_path / "nothing.pt")])
     assert args.func(args) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -286,3 +287,19 @@ def test_formats():
     details = audit.details_table({"published": found})
     assert "fails: ValueError" in details and len(details.splitlines()[0].split(" | ")) == 3
     assert len(both.splitlines()[0].split(" | ")) == 5              # five columns
+
+
+def test_module_entry_point_runs_the_cli_audit(tmp_path):
+    """`python -m catlib.audit` (chapter 7 shows it) is `python -m catlib audit`; its help
+    sends readers to the book's audit chapter."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    run = [sys.executable, "-m", "catlib.audit"]
+    r = subprocess.run([*run, str(tmp_path / "none.pt"), "--device", "cpu"], cwd=root,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    text = subprocess.run([*run, "--help"], cwd=root, capture_output=True, text=True,
+                          timeout=600).stdout
+    assert "07_audit" in " ".join(text.split()) and "ALGORITHM" not in text

@@ -154,7 +154,7 @@ def test_page_shows_the_parameters_once_with_the_values_used(tiny_book):
 def test_command_line_exits_non_zero_on_a_failing_notebook(tiny_book, monkeypatch, capsys):
     root, profiles, _ = tiny_book
     monkeypatch.chdir(root)
-    monkeypatch.setattr(book, "PROFILES", profiles)
+    monkeypatch.setattr(book.profiles, "PROFILES", profiles)   # the table every module reads
     assert book.main(["--profile", "smoke", "--device", "cpu", "--only", "b_fails"]) == 1
     assert "notebook b_fails failed in cell index 2" in capsys.readouterr().err
 
@@ -164,7 +164,7 @@ def _start_slow_build(root: Path, marker: Path) -> subprocess.Popen:
     _notebook(root / "notebooks" / "c_slow.ipynb",
               f"open({str(marker)!r}, 'w').write('started')\nimport time\ntime.sleep(120)")
     script = ("import sys; from catlib import book; "
-              "book.PROFILES = {'smoke': {'a_ok': {'x': 2}, 'c_slow': {}}}; "
+              "book.profiles.PROFILES = {'smoke': {'a_ok': {'x': 2}, 'c_slow': {}}}; "
               "sys.exit(book.main(['--profile', 'smoke', '--device', 'cpu', '--no-build']))")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=root, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

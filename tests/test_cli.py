@@ -151,3 +151,52 @@ def test_split_and_models_flags():
     args = build_parser().parse_args(["train"])
     assert args.split == "published" and args.models == ["cat", "base"]
     assert build_parser().parse_args(["eval", "r", "--allow-other-code"]).allow_other_code
+
+
+def test_generated_flags_have_the_config_defaults():
+    """Every CATConfig and TrainConfig field that `train` exposes defaults to the field's
+    own default (the solver: None, which the command resolves to CATConfig's dopri5 off
+    MPS), so that a default lives in one place and the flags cannot drift from it."""
+    import dataclasses
+
+    from catlib import CATConfig
+    from catlib.cli import FLAG_OF, TRAIN_FLAGS, configs_from_args
+    from catlib.train import TrainConfig
+    args = build_parser().parse_args(["train"])
+    exposed = {f.field: f for f in TRAIN_FLAGS}
+    assert {f.config for f in TRAIN_FLAGS} == {CATConfig, TrainConfig}
+    for cls in (CATConfig, TrainConfig):
+        for field in dataclasses.fields(cls):
+            if field.name not in exposed:
+                continue
+            default = field.default if field.default_factory is dataclasses.MISSING \
+                else field.default_factory()
+            value = getattr(args, field.name)
+            if field.name == "solver":
+                assert value is None
+            else:
+                assert (tuple(value) if isinstance(value, list) else value) == default, field.name
+            assert FLAG_OF[field.name] == f"--{field.name}"
+    assert configs_from_args(args, torch.device("cpu")) == (CATConfig(), TrainConfig())
+    model, _ = configs_from_args(args, torch.device("mps"))
+    assert model == CATConfig(solver="rk4-classic")
+    assert "Sobolev weight (default: 5e-7)" in " ".join(build_parser().format_help().split())
+
+
+def test_old_flag_spellings_are_aliases():
+    old = build_parser().parse_args(["train", "--val-every", "3", "--checkpoint-every", "7",
+                                     "--batch-tokens", "64", "--dropout-in-eval"])
+    new = build_parser().parse_args(["train", "--val_every", "3", "--checkpoint_every", "7",
+                                     "--batch_tokens", "64", "--dropout_in_eval"])
+    assert vars(old) == vars(new)
+    assert (old.val_every, old.checkpoint_every, old.batch_tokens, old.dropout_in_eval) == (3, 7, 64, True)
+
+
+def test_config_errors_name_the_flag():
+    from catlib.cli import _flagify
+    assert _flagify("val_every must be an integer >= 0, got -1") == \
+        "--val_every must be an integer >= 0, got -1"
+    assert _flagify("batch_tokens must be positive integers, got 0").startswith("--batch_tokens ")
+    assert _flagify("d_model (30) must be divisible by n_heads (4)") == \
+        "--d_model (30) must be divisible by n_heads (4)"
+    assert _flagify("vocab_size must be an integer >= 1, got 0").startswith("vocab_size ")

@@ -1,4 +1,4 @@
-"""Data-parallel training under torchrun (issue 10): 2 gloo processes on the CPU give the
+"""Data-parallel training under torchrun: 2 gloo processes on the CPU give the
 per-step losses of one process with the same global batch; bad input, a killed rank and
 resuming under torchrun. Three launches of torchrun in all, to stay quick."""
 import json

@@ -1,4 +1,4 @@
-"""Fault injection (issue 11): kill -9, a full disk, a NaN loss, damaged run directories,
+"""Fault injection: kill -9, a full disk, a NaN loss, damaged run directories,
 two processes on one run, crafted checkpoints. benchmarks/faults.py is the long version
 of the kill -9 and disk-full campaign (more trials); this file runs it small."""
 import errno
@@ -160,7 +160,7 @@ def test_disk_full_in_a_plain_write(tmp_path, monkeypatch):
     previous file intact. Would catch an OSError that escapes as a traceback."""
     path = tmp_path / "status.json"
     runs.atomic_write_text(path, "old")
-    monkeypatch.setattr(runs.os, "fdopen", lambda fd, mode: _Full(fd))
+    monkeypatch.setattr(runs.files.os, "fdopen", lambda fd, mode: _Full(fd))
     with pytest.raises(runs.StorageError, match=r"cannot write .*status.json \(No space left"):
         runs.atomic_write_text(path, "new")
     assert path.read_text() == "old" and os.listdir(tmp_path) == ["status.json"]

@@ -1,6 +1,6 @@
 """The device check (benchmarks/gpu_check.py) at smoke sizes on the CPU: it passes, covers every
 row of the experiment and every kernel and baseline option of the config, and fails when a
-comparison is broken. On a GPU the same command runs with --device cuda (issue 20)."""
+comparison is broken. On a GPU the same command runs with --device cuda."""
 import json
 import subprocess
 import sys

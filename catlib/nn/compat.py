@@ -1,6 +1,6 @@
 """Build catlib models from checkpoints of the published script.
 
-Sizes are inferred from the parameter shapes (names listed in ALGORITHM.md):
+Sizes are inferred from the parameter shapes (the published script's parameter names):
 D and V from ``embed.weight``, K from the block indices, h from the number of
 kernels, n from ``coeffs``, Q from ``t_nodes``.
 """

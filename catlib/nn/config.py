@@ -23,7 +23,8 @@ BASELINE_POSITIONS = ("sinusoidal", "rope", "alibi")
 KERNELS = ("absolute", "relative", "content", "alibi-prior", "kerple-prior")
 PRIOR_KERNELS = ("alibi-prior", "kerple-prior")
 
-# The corrections of ALGORITHM.md: field -> (published value, corrected value).
+# The corrections of the published defects (the audit chapter measures each one):
+# field -> (published value, corrected value).
 CORRECTIONS = {
     "causal": (False, True),               # defect 1: attention integrates over [0, s] only
     "normalised_integral": (False, True),  # defect 4: kernel normalised on the integration interval

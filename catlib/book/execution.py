@@ -1,0 +1,84 @@
+"""One notebook executed with papermill, atomically, and what a failure reports.
+
+The execution is written to a private temporary folder and lands as ``NAME.ipynb`` only
+on success. On an error the runner names the notebook, the cell and the cause, keeps the
+notebooks executed before it (and the last good copy of the failing one), saves the
+failed execution as ``NAME.failed.ipynb`` and exits non-zero.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from .errors import NotebookFailed
+from .processes import _stop_kernel_on_ctrl_c
+from .rewrite import show_parameters_once
+
+
+def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
+            timeout: float | None = None) -> float:
+    """Run one notebook with papermill; return its wall time in seconds.
+
+    The execution is written to a private temporary folder and moved to
+    ``NAME.ipynb`` only on success: a failure, Ctrl-C or kill -9 never leaves a
+    half-written notebook in ``output_dir`` nor replaces a good executed copy.
+    """
+    import tempfile
+
+    import papermill as pm
+    source = source_dir / f"{name}.ipynb"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    failed = output_dir / f"{name}.failed.ipynb"
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="catlib-book-") as staging:
+        partial = Path(staging) / f"{name}.ipynb"
+        interrupted: list[bool] = []
+        try:
+            with _stop_kernel_on_ctrl_c(interrupted):
+                pm.execute_notebook(str(source), str(partial), parameters=parameters,
+                                    kernel_name="python3", cwd=str(output_dir), progress_bar=False,
+                                    request_save_on_cell_execute=False, execution_timeout=timeout)
+        except Exception as err:  # noqa: BLE001 - every failure is reported the same way
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise notebook_failed(name, err, partial, failed) from None
+        if interrupted:
+            raise KeyboardInterrupt
+        # Same filesystem or not, the copy lands under a hidden name first, then one rename.
+        landing = output_dir / f".{name}.landing.ipynb"
+        show_parameters_once(partial, landing)
+        os.replace(landing, output_dir / f"{name}.ipynb")
+    failed.unlink(missing_ok=True)
+    return time.perf_counter() - start
+
+
+def notebook_failed(name: str, err: Exception, partial: Path, failed: Path) -> NotebookFailed:
+    """The error to raise for ``err`` of notebook ``name``: the partial execution ``partial``
+    (where papermill wrote one) is moved to ``failed``, and the error names it."""
+    cause = (f"{err.ename}: {err.evalue}" if hasattr(err, "ename")
+             else f"{type(err).__name__}: {err}")
+    saved = None
+    if partial.exists():
+        shutil.move(str(partial), str(failed))
+        saved = failed
+    return NotebookFailed(name, _failed_cell(err, failed), cause.strip(), saved)
+
+
+def _failed_cell(err: Exception, executed: Path) -> str:
+    """'cell index N (first line)': N counts from 0 in the source notebook (injected cell left out)."""
+    index = getattr(err, "cell_index", None)
+    if index is None:
+        return "an unknown cell (the kernel stopped)"
+    shift = 0
+    try:
+        import nbformat
+        nb = nbformat.read(str(executed), as_version=4)
+        injected = [i for i, c in enumerate(nb.cells)
+                    if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
+        shift = int(bool(injected) and injected[0] < index)
+    except Exception:  # noqa: BLE001 - the message is still useful without the shift
+        pass
+    first = (getattr(err, "source", "") or "").strip().splitlines()[:1]
+    return f"cell index {index - shift}" + (f" ({first[0][:60]!r})" if first else "")

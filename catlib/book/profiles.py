@@ -1,0 +1,97 @@
+"""The book's profiles: the sizes of every notebook, per profile, defined only here.
+
+Every notebook in ``notebooks/`` has one cell tagged ``parameters``. A *profile*
+fixes the sizes of every notebook at once; its definition lives only here, in
+:data:`PROFILES` (profile -> notebook -> parameter overrides):
+
+- ``smoke``: each notebook in under a minute on 2 CPU cores (CI, nbval references);
+- ``cpu``: the default, the whole book in under 30 minutes on 2 CPU cores; a
+  notebook's own ``parameters`` cell holds these values, so that running it by
+  hand gives the cpu profile (``tests/test_book.py`` checks they agree);
+- ``paper``: the published sizes, for a GPU.
+
+The runner (:mod:`catlib.book.runner`) executes the notebooks in :data:`PROFILES` order.
+
+To add a notebook: put ``notebooks/NN_name.ipynb`` (with a ``parameters`` cell
+holding ``device``, ``profile``, ``figure_dir`` and its own sizes) in every
+profile below, and ``book/notebooks/NN_name`` in ``_toc.yml``.
+
+The other modules read ``profiles.PROFILES`` when they are called (never a copy taken
+at import), so a replaced table (a test's monkeypatch of this module) reaches them all.
+"""
+from __future__ import annotations
+
+# Parameters every notebook declares; the runner sets them, profiles may not.
+COMMON_PARAMETERS = ("device", "profile", "figure_dir")
+
+# The experiment of notebooks 05, 06 and 08 (and the split study of 07): one set of sizes
+# and training settings per profile, shared so that their runs are the same runs.
+_EXPERIMENT: dict[str, dict] = {
+    "smoke": dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1,
+                  dropout=0.0, train_steps=40, lr=4e-3, batch=4, seq=32, lengths=[16, 32, 64],
+                  eval_windows=4, curve_windows=4),
+    "cpu": dict(d_model=128, n_heads=8, n_freq=32, blocks=1, solver="rk4-classic", solver_steps=1,
+                dropout=0.0, train_steps=500, lr=4e-3, batch=20, seq=128,
+                lengths=[128, 512, 1024, 5000], eval_windows=32, curve_windows=8),
+    "paper": dict(d_model=128, n_heads=8, n_freq=32, blocks=1, solver="rk4-classic", solver_steps=4,
+                  dropout=0.1, train_steps=800, lr=3e-4, batch=32, seq=256,
+                  lengths=[128, 512, 1024, 5000], eval_windows=256, curve_windows=256),
+}
+
+PROFILES: dict[str, dict[str, dict]] = {
+    "smoke": {
+        "01_spectral_kernels": dict(n_freq=12, grid=48, n_heads=2),
+        "02_quadrature": dict(n_freq=12, q_max=128, lengths=[128, 512, 1024, 5000],
+                              conv_length=64),
+        "03_sobolev_penalty": dict(n_freq=12, grid=32, fit_steps=300,
+                                   penalty_weights=[0.0, 1e-7, 1e-6, 1e-5, 1e-4, 1e-2]),
+        "04_depth_solvers": dict(d_model=32, n_heads=2, n_freq=8, seq=32, batch=2,
+                                 euler_steps=[1, 2, 4, 8], rk4_steps=[1, 2, 4],
+                                 dopri5_rtols=[1e-3, 1e-5], dropout_max_steps=60,
+                                 published_batch=2, published_max_steps=3, step_repeats=1),
+        "05_training": dict(_EXPERIMENT["smoke"], val_every=10, val_windows=2, check_windows=2),
+        "06_context_length": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], published_seeds=[0]),
+        "07_audit": dict(d_model=16, n_heads=2, n_freq=8, seq=32, batch=2, dopri5_max_steps=40,
+                         brief_steps=30, eval_windows=4, split_d_model=16, split_n_heads=2,
+                         split_steps=40, split_lr=4e-3, split_batch=4, split_seq=32,
+                         split_val_every=10),
+        "08_beyond": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2]),
+    },
+    "cpu": {
+        "01_spectral_kernels": dict(n_freq=32, grid=128, n_heads=4),
+        "02_quadrature": dict(n_freq=32, q_max=512, lengths=[128, 256, 512, 1024, 2048, 5000],
+                              conv_length=256),
+        "03_sobolev_penalty": dict(n_freq=16, grid=64, fit_steps=600,
+                                   penalty_weights=[0.0, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2]),
+        "04_depth_solvers": dict(d_model=64, n_heads=4, n_freq=16, seq=64, batch=4,
+                                 euler_steps=[1, 2, 4, 8, 16, 32], rk4_steps=[1, 2, 4, 8],
+                                 dopri5_rtols=[1e-3, 1e-5, 1e-7], dropout_max_steps=600,
+                                 published_batch=32, published_max_steps=40, step_repeats=2),
+        "05_training": dict(_EXPERIMENT["cpu"], val_every=50, val_windows=8, check_windows=8),
+        "06_context_length": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], published_seeds=[0]),
+        "07_audit": dict(d_model=32, n_heads=4, n_freq=16, seq=64, batch=4, dopri5_max_steps=600,
+                         brief_steps=200, eval_windows=16, split_d_model=128, split_n_heads=8,
+                         split_steps=500, split_lr=4e-3, split_batch=20, split_seq=128,
+                         split_val_every=50),
+        "08_beyond": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2]),
+    },
+    "paper": {
+        "01_spectral_kernels": dict(n_freq=48, grid=256, n_heads=8),
+        "02_quadrature": dict(n_freq=48, q_max=1024, lengths=[128, 256, 512, 1024, 2048, 5000],
+                              conv_length=256),
+        "03_sobolev_penalty": dict(n_freq=24, grid=96, fit_steps=1500,
+                                   penalty_weights=[0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3,
+                                                    1e-2]),
+        "04_depth_solvers": dict(d_model=128, n_heads=8, n_freq=32, seq=256, batch=8,
+                                 euler_steps=[1, 2, 4, 8, 16, 32, 64], rk4_steps=[1, 2, 4, 8, 16],
+                                 dopri5_rtols=[1e-3, 1e-5, 1e-7], dropout_max_steps=2000,
+                                 published_batch=32, published_max_steps=2000, step_repeats=3),
+        "05_training": dict(_EXPERIMENT["paper"], val_every=100, val_windows=32, check_windows=32),
+        "06_context_length": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], published_seeds=[0, 1, 2]),
+        "07_audit": dict(d_model=128, n_heads=8, n_freq=32, seq=256, batch=8,
+                         dopri5_max_steps=2000, brief_steps=300, eval_windows=64,
+                         split_d_model=128, split_n_heads=8, split_steps=800, split_lr=3e-4,
+                         split_batch=32, split_seq=256, split_val_every=100),
+        "08_beyond": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2]),
+    },
+}

@@ -1,0 +1,87 @@
+"""The build's results: the README's headline table and the extrapolation artefacts in
+``results/``, each labelled with the profile, device, commit and date that wrote it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .report import Record, _now
+
+README_MARKERS = ("<!-- headline:start -->", "<!-- headline:end -->")
+
+
+def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | None:
+    """Label the headline table notebook 06 wrote and copy it to ``results/`` and the README.
+
+    The label names the profile, device, commit and date of the build, so the README's
+    numbers are an artefact of this project, never typed by hand.
+    """
+    table = root / "book" / "_generated" / "headline_table.md"
+    if not table.exists():
+        return None
+    from ..provenance import git_state
+
+    git = git_state(root, ignore=("README.md", "results"))   # our own outputs do not count
+    commit = (git["commit"] or "unknown")[:12] + (" (uncommitted changes)" if git["dirty"] else "")
+    device = records[0].device if records else "?"
+    label = (f"_Written by `python -m catlib.book --profile {profile}` on {device}, "
+             f"commit {commit}, {_now()}._")
+    text = f"{label}\n\n{table.read_text().strip()}\n"
+    out = root / "results" / f"headline_{profile}.md"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(text)
+    publish_extrapolation(root, profile, {"profile": profile, "device": device,
+                                          "commit": commit, "date": _now()})
+    if profile == "cpu":
+        _replace_readme_headline(root / "README.md", text)
+    print(f"[book] headline table written to {out}")
+    return out
+
+
+def _replace_readme_headline(readme: Path, text: str) -> None:
+    """Put ``text`` between the :data:`README_MARKERS` of ``readme``; nothing where they are absent."""
+    start, end = README_MARKERS
+    body = readme.read_text() if readme.exists() else ""
+    if start in body and end in body:
+        head, rest = body.split(start, 1)
+        readme.write_text(f"{head}{start}\n{text}{end}{rest.split(end, 1)[1]}")
+
+
+def publish_extrapolation(root: Path, profile: str, label: dict) -> list[Path]:
+    """Merge the notebooks' shares of the extrapolation artefacts into ``results/``.
+
+    ``book/_generated/extrapolation/<notebook>.json`` and ``.csv`` (written by
+    :func:`catlib.experiment.write_part`) become ``results/extrapolation_<profile>.json``
+    (``{model: {"train_length", "leak", "ce"}}``) and ``results/position_ce_<profile>.csv``
+    (``model,position,ce``); ``results/provenance_<profile>.json`` labels both.
+    """
+    from ..extrapolation import write_extrapolation_json, write_position_csv
+
+    rows, curves = _read_parts(root / "book" / "_generated" / "extrapolation")
+    results = root / "results"
+    results.mkdir(exist_ok=True)
+    written = []
+    if rows:
+        written.append(results / f"extrapolation_{profile}.json")
+        write_extrapolation_json(written[-1], rows)
+    if curves:
+        written.append(results / f"position_ce_{profile}.csv")
+        write_position_csv(written[-1], curves)
+    if written:
+        meta = {**label, "written_by": f"python -m catlib.book --profile {profile}",
+                "artefacts": [p.name for p in written]}
+        (results / f"provenance_{profile}.json").write_text(json.dumps(meta, indent=1) + "\n")
+        print(f"[book] extrapolation artefacts written: {', '.join(p.name for p in written)}")
+    return written
+
+
+def _read_parts(parts: Path) -> tuple[dict, dict]:
+    """The rows (``*.json``) and per-position curves (``*.csv``) of every notebook's share."""
+    from ..extrapolation import read_extrapolation_json, read_position_csv
+
+    rows, curves = {}, {}
+    for part in sorted(parts.glob("*.json")) if parts.is_dir() else []:
+        rows.update(read_extrapolation_json(part))
+    for part in sorted(parts.glob("*.csv")) if parts.is_dir() else []:
+        curves.update(read_position_csv(part))
+    return rows, curves
