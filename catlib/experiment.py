@@ -107,6 +107,12 @@ def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
     return list(params["seeds"])
 
 
+def window_cap(length: int, longest: int, eval_windows: int, curve_windows: int | None) -> int:
+    """The cap on evaluation windows at ``length``: ``curve_windows`` at the ``longest``
+    length (scored per position, :func:`position_curve`), else ``eval_windows``."""
+    return (curve_windows or eval_windows) if length == longest else eval_windows
+
+
 def configs(row: Row, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, TrainConfig]:
     """The model and training configuration of ``row``'s run for ``seed``.
 

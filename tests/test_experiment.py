@@ -265,3 +265,9 @@ def test_book_leaves_chapters_with_other_settings_to_train_their_own(tmp_path):
     said = []
     assert not book.train_runs_first(params, tmp_path, "cpu", log=said.append)
     assert "differ" in said[0] and not (tmp_path / "runs").exists()
+
+
+def test_window_cap_reads_the_curve_windows_at_the_longest_length_only():
+    # Catches a bigram floor or table at the longest length on other windows than its curve.
+    assert [ex.window_cap(L, 5000, 32, 8) for L in (128, 1024, 5000)] == [32, 32, 8]
+    assert ex.window_cap(5000, 5000, 32, None) == 32
