@@ -8,7 +8,7 @@ catlib.book) twice, in two fresh processes with their own temporary runs root, b
 one thread: once with this machine's default kernel dispatch, once with
 ``ATEN_CPU_CAPABILITY=default`` and ``MKL_CBWR=COMPATIBLE``. Both are scored as chapter
 06 scores them (the stored evaluation at 128, 512 and 1024, the mean per-position CE at
-5000, at most ``eval_windows`` windows). Other kernels round float32 differently; the
+5000, at most ``eval_windows`` windows, ``curve_windows`` at 5000). Other kernels round float32 differently; the
 training steps amplify those last-bit differences, which is what another machine's
 build does to the book's tables. Writes ``results/rebuild_spread_cpu.md`` and a JSON
 twin. A measurement, not a test: it takes minutes.
@@ -68,9 +68,10 @@ def worker(rows: list[str], train_steps: int, seed: int, root: Path) -> dict:
     start = time.perf_counter()
     runs = ex.train_rows(rows, [seed], sizes, train, root=root, device="cpu",
                          lengths=lengths[:-1], eval_windows=windows, curve_length=lengths[-1],
-                         jobs=1, echo=None)
+                         curve_windows=p.get("curve_windows"), jobs=1, echo=None)
     corpus = {split: load_corpus(split=split) for split in {ex.ROWS[r].split for r in rows}}
-    ce, _, _ = ex.table_scores(runs, rows, [seed], corpus, lengths[-1], windows, "cpu")
+    ce, _, _ = ex.table_scores(runs, rows, [seed], corpus, lengths[-1], windows, "cpu",
+                               p.get("curve_windows"))
     return {"capability": torch.backends.cpu.get_cpu_capability(),
             "seconds": round(time.perf_counter() - start, 1), "lengths": lengths,
             "ce": {label: ce[label][0].tolist() for label in rows}}
@@ -94,7 +95,9 @@ def render(result: dict) -> str:
              f"({result['cpus']} CPUs), torch {result['torch']}, commit {result['commit']}, "
              f"{result['date']}._", "",
              f"Profile `{PROFILE}`, seed {result['seed']}, {result['train_steps']} training "
-             f"steps, one thread, at most {result['eval_windows']} windows per length. "
+             f"steps, {result.get('batch', '?')} sequences per step, one thread, at most "
+             f"{result['eval_windows']} windows per length ({result.get('curve_windows')} at "
+             f"the longest). "
              f"Default dispatch: `{a['capability']}` ({a['seconds']:.0f} s); other: "
              f"`ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE`, i.e. `{b['capability']}` "
              f"({b['seconds']:.0f} s).", "",
@@ -138,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     git = git_state(ROOT)
     commit = (git["commit"] or "unknown")[:12] + (", with uncommitted changes" if git["dirty"] else "")
     result = {"profile": PROFILE, "seed": args.seed, "train_steps": steps,
-              "eval_windows": profile["eval_windows"], "cpu": cpu_model(), "cpus": usable_cpus(),
+              "eval_windows": profile["eval_windows"], "curve_windows": profile.get("curve_windows"),
+              "batch": profile["batch"], "cpu": cpu_model(), "cpus": usable_cpus(),
               "torch": torch.__version__, "commit": commit, "date": _now(),
               "default": default, "other": other, "max_abs_diff": max(diffs)}
     text = render(result)
