@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml constraints.txt
 unit: venv
 	$(PY) -m pytest -q tests
 
-# The book: papermill runs every notebook for a profile (catlib/book.py), then
+# The book: papermill runs every notebook for a profile (catlib/book/), then
 # `jupyter-book build . -W -n --keep-going`; prints the path of the first page.
 book: venv
 	$(PY) -m catlib.book --profile cpu --device $(DEVICE)
