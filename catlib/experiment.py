@@ -1,6 +1,6 @@
 """The book's context-length experiment: which models, trained how, scored where.
 
-An :class:`Row` is one row of the results tables: one model (CAT or a baseline) of a
+A :class:`Row` is one row of the results tables: one model (CAT or a baseline) of a
 training run, the run defined by the variant, the corpus split and a few ``CATConfig``
 options on top of sizes shared by every row. Rows that come from the same run (the
 causal CAT and its sinusoidal baseline) are trained once. Every run of a seed sees the
@@ -117,7 +117,7 @@ def configs(row: Row, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, T
     """The model and training configuration of ``row``'s run for ``seed``.
 
     ``sizes``: CATConfig fields shared by every row (d_model, n_heads, n_freq, blocks,
-    solver, steps, dropout); ``train``: TrainConfig fields (train_steps, lr, batch, seq, ...).
+    solver, solver_steps, dropout); ``train``: TrainConfig fields (train_steps, lr, batch, seq, ...).
     """
     fields = dict(sizes)
     if row.published_dropout:
@@ -154,7 +154,8 @@ def worker_devices(device, jobs: int | None = None, devices=None) -> list[str]:
 
 def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
                root, device, lengths, eval_windows: int, curve_length: int | None = None,
-               curve_windows: int | None = None, dropout_on: list | None = None, jobs: int | None = None, devices=None,
+               curve_windows: int | None = None, dropout_on: list | None = None,
+               jobs: int | None = None, devices=None,
                echo: Callable[[str], None] | None = print) -> dict[tuple[str, int], Run]:
     """Train (or reuse) the run of every row and seed, evaluated at ``lengths``.
 
@@ -341,8 +342,7 @@ def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
     _check_split(run, corpus)
     models, _ = run.load_weights(device or "cpu")
     seed = run.train_config.seed
-    cap = {L: (curve_windows or eval_windows) if L == curve_length else eval_windows
-           for L in lengths}
+    cap = {L: window_cap(L, curve_length, eval_windows, curve_windows) for L in lengths}
     ident = {"weights": weights_digest(models), "code": code_fingerprint(),
              "lengths": list(lengths), "windows": eval_windows, "seed": seed}
     if set(cap.values()) != {eval_windows}:

@@ -4,8 +4,9 @@ A notebook's first code cell calls :func:`setup` once::
 
     ROOT, dev = page.setup(device)
 
-It finds the book's root (the folder with ``_config.yml``, found upward from the working
-directory, since papermill, nbval and jupyter-cache each start the kernel elsewhere),
+It finds the book's root (:func:`catlib.book.find_root`: the folder with ``_config.yml``,
+found upward from the working directory, since papermill, nbval and jupyter-cache each
+start the kernel elsewhere),
 resolves the ``device`` parameter to a ``torch.device`` (``"auto"`` picks CUDA, then MPS,
 then the CPU; :func:`catlib.devices.resolve_device`) and applies the book's plot style,
 ``catlib/catlib.mplstyle``, shipped with the package.
@@ -26,6 +27,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from .book.locate import find_root, save_figure
 from .devices import resolve_device
 from .report import mean_std, pm
 
@@ -44,21 +46,6 @@ class Page:
 
     def __iter__(self) -> Iterator:
         return iter((self.root, self.device))
-
-
-def find_root(start: Path | None = None) -> Path:
-    """The book's root: the first folder upward from ``start`` (default: cwd) with ``_config.yml``."""
-    try:
-        from .book import find_root as book_root
-    except ImportError:              # the book runner's dependencies are optional here
-        book_root = None
-    if book_root is not None:
-        return book_root(start)
-    here = Path(start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "_config.yml").is_file():
-            return folder
-    raise FileNotFoundError(f"no _config.yml found above {here}: run from inside the repository")
 
 
 def use_style() -> None:
@@ -87,7 +74,6 @@ def show(fig, name: str = "", figure_dir: str = "", root: Path | None = None) ->
     import matplotlib.pyplot as plt
     fig.tight_layout()
     if name and figure_dir:
-        from .book import save_figure
         save_figure(fig, name, figure_dir, root)
     plt.show()
 

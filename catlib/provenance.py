@@ -5,6 +5,7 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -72,8 +73,6 @@ def torch_build(device) -> dict:
     ATen's plain kernels, which round differently), the BLAS torch was built with, and on
     CUDA the CUDA, cuDNN and driver versions (from ``torch.utils.collect_env``)."""
     import torch
-
-    import re
 
     found = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
     blas = found.group(1) if found else None

@@ -83,16 +83,15 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
     return run
 
 
-def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs",
-               name: str | None = None, device="auto", data=None, retrain: bool = False,
-               lengths=PUBLISHED_LENGTHS, eval_windows: int = 256, dropout_in_eval: bool = False,
-               batch_tokens: int = 32768, evaluate: bool = True, progress: bool = True,
-               echo: Callable[[str], None] | None = print,
-               on_step: Callable[[dict], None] | None = None,
+def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name: str | None,
+               device, data, retrain: bool, lengths, eval_windows: int, dropout_in_eval: bool,
+               batch_tokens: int, evaluate: bool, progress: bool,
+               echo: Callable[[str], None] | None, on_step: Callable[[dict], None] | None,
                ready: Callable[[dict], None] = lambda info: None) -> Run:
-    """Train (or reuse, or resume) a side-by-side run in ``root/name`` and evaluate it.
+    """Train (or reuse, or resume) a side-by-side run in ``root/name`` and evaluate it; the
+    options and their defaults are :func:`train_run`'s, which passes every one.
 
-    ``name`` defaults to ``<variant>-<config hash>``. Every input (training and evaluation
+    ``name`` None means ``<variant>-<config hash>``. Every input (training and evaluation
     settings, corpus, device, an existing directory) is checked before anything is
     written: RunError (bad input) or DataError (corpus).
     During training, Ctrl-C saves a checkpoint and raises RunInterrupted; a NaN or
