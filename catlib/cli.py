@@ -6,9 +6,11 @@ Exit status 1: training stopped on a NaN/inf loss; 74 (EX_IOERR): a run file cou
 written (disk full; the last checkpoint is intact, run the command again once there is
 space); 130: interrupted (Ctrl-C).
 
-The model and training flags of ``train`` are generated from the fields of
-:class:`~catlib.nn.config.CATConfig` and :class:`~catlib.train.TrainConfig`
-(:data:`TRAIN_FLAGS`): a flag is ``--<field>``, its default the field's default.
+The flags of ``train`` are generated from every field of
+:class:`~catlib.nn.config.CATConfig`, :class:`~catlib.train.TrainConfig` and
+:class:`~catlib.eval_config.EvalConfig` (:data:`TRAIN_FLAGS`; ``eval`` takes EvalConfig's):
+a flag is ``--<field>``, its default the field's default; :data:`LEFT_OUT` names the
+fields without a flag and why.
 """
 from __future__ import annotations
 
@@ -20,26 +22,34 @@ import types
 import typing
 from dataclasses import dataclass
 
+import torch
+
 from . import distributed
 from .audit import AuditError, audit_model, audit_to_json, format_audit, load_for_audit
-from .nn.config import BASES, SOLVER_NAMES, VARIANTS, CATConfig
+from .nn.config import (BASELINE_POSITIONS, BASES, KERNELS, PENALTIES, PRIOR_KERNELS,
+                        SOLVER_NAMES, VARIANTS, CATConfig)
 from .data import CORPUS_CHARS, SPLITS, DataError, split_point
-from .evaluate import PUBLISHED_LENGTHS, check_settings, format_table
+from .eval_config import EvalConfig
+from .evaluate import check_settings, format_table
 from .devices import DEVICES, DeviceError, resolve_device
 from .runs import (RunError, RunInterrupted, StorageError, TrainingFailed, evaluate_run,
                    open_run, train_run)
 from .train import MODELS, TrainConfig
 
 CPU_HINT = """\
-cost on a CPU: with no flags this is the published run: dopri5 at rtol 1e-7 / atol 1e-9
-with dropout inside the ODE dynamics, about 850 s per training step on a 2-core CPU
-(the progress bar's rate and ETA show it). To make it practical on a CPU:
-  --solver rk4-classic       the published MPS integrator (4 RK4 steps), ~2 s per step
+cost: with no flags this is the published run: dopri5 at rtol 1e-7 / atol 1e-9 with dropout
+inside the ODE dynamics, whose adaptive steps make each training step costly on a CPU (the
+progress bar's rate and ETA show it; the reproducibility page gives measured times).
+Cheaper:
+  --solver rk4-classic       the published MPS integrator (fixed steps, no step control)
   --train_steps 200          fewer steps;  --d_model 64 --n_freq 16: a smaller model
   --lengths 128 512 --eval_windows 32   a shorter evaluation
   --budget 15m               stop cleanly at a step boundary after 15 minutes
   --variant causal           the corrected model (causal, dropout outside the dynamics)
 e.g.  python -m catlib train --solver rk4-classic --train_steps 200 --eval_windows 32
+The book's KERPLE-prior CAT and ALiBi baseline:
+  python -m catlib train --variant causal --kernel kerple-prior --models cat --split 90/10
+  python -m catlib train --variant causal --baseline_positions alibi --models base --split 90/10
 Running the same command again reuses a finished run and resumes an unfinished one."""
 
 AUDIT_DESCRIPTION = (
@@ -79,8 +89,9 @@ def _positive(kind):
 
 # ------------------------------------------------------------------ train's generated flags
 
-# The fields of CATConfig and TrainConfig that `train` exposes, in help order, with a
-# one-line description each: the flag is --<field>, its type and default the field's.
+# A flag for every field of CATConfig, TrainConfig and EvalConfig: --<field>, its type and
+# default the field's, its help below (EvalConfig's from its field metadata). The fields
+# of the published script's command line come first, in its order.
 PUBLISHED_FIELDS = {
     "blocks": "ODE blocks K",
     "d_model": "model width D",
@@ -93,34 +104,70 @@ PUBLISHED_FIELDS = {
     "batch": "batch size",
     "seq": "training sequence length",
 }
+_FOLLOWS = "default: follows --variant"
 CATLIB_FIELDS = {
+    # CATConfig
     "variant": "published (every defect kept) or causal (corrected)",
+    "quad_nodes": "Gauss-Legendre nodes Q of the attention integral",
+    "dropout": "dropout rate of CAT and the baseline",
     "solver": "depth integrator",
     "solver_steps": "steps of the fixed-step solvers rk4-classic and euler",
     "rtol": "dopri5 relative tolerance",
     "atol": "dopri5 absolute tolerance",
     "adjoint": "backpropagate dopri5 through the adjoint ODE",
+    "adjoint_seminorm": "the adjoint's step control ignores the parameters' error (seminorm)",
+    "max_steps": "cap on dopri5's steps per solve (default: no cap)",
+    "causal": f"defect 1 corrected: attention integrates over [0, s] only ({_FOLLOWS})",
+    "normalised_integral": f"defect 4 corrected: kernel normalised on the integration "
+                           f"interval ({_FOLLOWS})",
+    "dropout_in_dynamics": f"defect 6 kept: dropout inside the ODE right-hand side ({_FOLLOWS})",
+    "penalty": f"Sobolev penalty formula, defect 9: published or exact ({_FOLLOWS})",
+    "half_range_cosine": f"defect 5 corrected: cos(pi k t) basis ({_FOLLOWS})",
+    "penalty_once": f"defect 3 corrected: Sobolev weight applied once ({_FOLLOWS})",
+    "positional_encoding": f"defect 2 corrected: positions for the baseline ({_FOLLOWS})",
+    "logit_dropout": f"dropout on the baseline's logits ({_FOLLOWS})",
+    "baseline_positions": "how the baseline sees positions (rope, alibi: --variant causal)",
+    "baseline_loops": "RoPE/ALiBi baseline: each layer applied this many times",
+    "kernel": "CAT's kernel (all but absolute: --variant causal)",
+    "kernel_scale": "c, in tokens: distances enter as log(1 + d / c)",
+    "kernel_horizon": "D, in tokens: the distance map reaches 1 at d = D",
+    "kernel_residual": "prior kernels: learn the spectral residual (--no-kernel_residual: the "
+                       "prior alone)",
+    "train_length": "T_train of the prior kernels, below which the residual lives "
+                    "(default: --seq)",
+    # TrainConfig
     "seed": "seed of torch, numpy, python and the sampler",
     "split": "corpus split: published (50000 training characters) or 90/10",
     "models": "the models to train: cat, base or both",
     "budget": "wall-clock limit of training: 90, 90s, 15m, 1.5h; stops at a step boundary",
     "val_every": "validate every N steps on a few windows of length --seq (0: never)",
+    "val_windows": "windows of length --seq per validation",
     "checkpoint_every": "steps between checkpoints",
+    "log_every": "steps between the published progress lines",
+}
+# Fields without a flag, on purpose, and why.
+LEFT_OUT = {
+    "vocab_size": "set by the corpus: it must equal the vocabulary of tiny.txt",
+    "curve_windows": "train and eval score no per-position curve (the book's experiment does)",
 }
 CHOICES = {"basis": BASES, "variant": VARIANTS, "solver": SOLVER_NAMES, "split": SPLITS,
-           "models": MODELS}
-ALIASES = {"val_every": ("--val-every",), "checkpoint_every": ("--checkpoint-every",)}
+           "models": MODELS, "penalty": PENALTIES, "baseline_positions": BASELINE_POSITIONS,
+           "kernel": KERNELS}
+ALIASES = {"val_every": ("--val-every",), "checkpoint_every": ("--checkpoint-every",),
+           "batch_tokens": ("--batch-tokens",), "dropout_in_eval": ("--dropout-in-eval",)}
 PARSERS = {"budget": _budget}          # argparse types that the field's type does not give
-# Defaults the command line decides, and how its help says them: the solver is dopri5
-# (CATConfig's default) except on MPS, where it is the published MPS path, rk4-classic.
+# Defaults the command line decides, and how its help says them: the solver is resolved
+# with the device (resolve_solver), the prior kernels' train_length follows --seq.
 CLI_DEFAULTS = {"solver": (None, "the published choice, dopri5; rk4-classic on mps")}
 DEFAULT_WORDS = {"budget": "no limit"}
-METAVARS = {int: "N", float: "X"} | {"budget": "TIME"}
+METAVARS = {int: "N", float: "X"} | {"budget": "TIME", "lengths": "T"}
+# EvalConfig's flags, shared by train and eval.
+EVAL_CONFIGS = (EvalConfig,)
 
 
 @dataclass(frozen=True)
 class Flag:
-    """One generated ``train`` flag: the config class and field it sets, and its argparse
+    """One generated flag: the config class and field it sets, and its argparse
     spelling, type and default."""
 
     config: type
@@ -130,33 +177,44 @@ class Flag:
     flags: tuple
     default: object
     kind: object
+    optional: bool = False   # the field accepts None (``| None``)
 
 
-def _plain_type(config: type, name: str):
-    """The field's type without ``| None``."""
+def _plain_type(config: type, name: str) -> tuple[object, bool]:
+    """The field's type without ``| None``, and whether it had ``| None``."""
     kind = typing.get_type_hints(config)[name]
     if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        kind = next(a for a in typing.get_args(kind) if a is not type(None))
-    return kind
+        args = typing.get_args(kind)
+        return next(a for a in args if a is not type(None)), type(None) in args
+    return kind, False
 
 
-def _generate_flags() -> tuple[Flag, ...]:
-    owners = {f.name: (cls, f) for cls in (CATConfig, TrainConfig) for f in dataclasses.fields(cls)}
+def _field_help(f: dataclasses.Field) -> str:
+    return f.metadata.get("help") or PUBLISHED_FIELDS.get(f.name) or CATLIB_FIELDS[f.name]
+
+
+def _generate_flags(configs=(CATConfig, TrainConfig, EvalConfig)) -> tuple[Flag, ...]:
     made = []
-    for group, fields in (("published", PUBLISHED_FIELDS), ("catlib", CATLIB_FIELDS)):
-        for name, text in fields.items():
-            config, f = owners[name]
+    for cls in configs:
+        for f in dataclasses.fields(cls):
+            if f.name in LEFT_OUT:
+                continue
             default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
-            made.append(Flag(config, name, text, group, (f"--{name}", *ALIASES.get(name, ())),
-                             default, _plain_type(config, name)))
-    return tuple(made)
+            kind, optional = _plain_type(cls, f.name)
+            group = "published" if f.name in PUBLISHED_FIELDS else \
+                "evaluation" if cls in EVAL_CONFIGS else "catlib"
+            made.append(Flag(cls, f.name, _field_help(f), group,
+                             (f"--{f.name}", *ALIASES.get(f.name, ())), default, kind, optional))
+    order = list(PUBLISHED_FIELDS)
+    return tuple(sorted(made, key=lambda f: order.index(f.field) if f.field in order
+                        else len(order)))
 
 
 TRAIN_FLAGS = _generate_flags()
-# Field (or evaluation setting) -> its flag, for the messages of CATConfig, TrainConfig and
-# check_settings, which name the field.
-FLAG_OF = {f.field: f.flags[0] for f in TRAIN_FLAGS} | {
-    "lengths": "--lengths", "eval_windows": "--eval_windows", "batch_tokens": "--batch_tokens"}
+EVAL_FLAGS = tuple(f for f in TRAIN_FLAGS if f.config in EVAL_CONFIGS)
+# Field -> its flag, for the messages of CATConfig, TrainConfig and check_settings, which
+# name the field.
+FLAG_OF = {f.field: f.flags[0] for f in TRAIN_FLAGS}
 
 
 def _shown(value) -> str:
@@ -175,44 +233,56 @@ def _shown(value) -> str:
 def _add_flag(group, flag: Flag) -> None:
     default, words = CLI_DEFAULTS.get(flag.field, (flag.default, None))
     words = words or DEFAULT_WORDS.get(flag.field) or _shown(default)
-    kw = dict(dest=flag.field, default=default, help=f"{flag.help} (default: {words})")
+    text = flag.help if "(default:" in flag.help else f"{flag.help} (default: {words})"
+    kw = dict(dest=flag.field, default=default, help=text)
     if flag.kind is bool:
         kw["action"] = argparse.BooleanOptionalAction
     elif flag.kind is tuple:
         kw.update(nargs="+", default=list(default))
+        if flag.config in EVAL_CONFIGS:
+            kw.update(type=_positive(int), metavar=METAVARS.get(flag.field))
     elif flag.kind is not str:
-        kw.update(type=PARSERS.get(flag.field, flag.kind),
+        kind = _positive(flag.kind) if flag.config in EVAL_CONFIGS else flag.kind
+        kw.update(type=PARSERS.get(flag.field, kind),
                   metavar=METAVARS.get(flag.field, METAVARS.get(flag.kind)))
     if flag.field in CHOICES:
         kw["choices"] = CHOICES[flag.field]
     group.add_argument(*flag.flags, **kw)
 
 
-def configs_from_args(args, device) -> tuple[CATConfig, TrainConfig]:
-    """The CATConfig and TrainConfig of parsed ``train`` arguments (raises ValueError)."""
+def resolve_solver(model: dict, device: torch.device) -> dict:
+    """``model`` (CATConfig fields) with ``solver`` None resolved for ``device``: the
+    published MPS path, rk4-classic, on MPS; else CATConfig's default, dopri5."""
+    if model.get("solver") is None:
+        model = {**model, "solver": "rk4-classic" if device.type == "mps" else CATConfig.solver}
+    return model
+
+
+def evaluation_from_args(args) -> EvalConfig:
+    """The EvalConfig of parsed ``train`` or ``eval`` arguments."""
+    return EvalConfig(**{f.field: getattr(args, f.field) for f in EVAL_FLAGS})
+
+
+def configs_from_args(args, device) -> tuple[CATConfig, TrainConfig, EvalConfig]:
+    """The CATConfig, TrainConfig and EvalConfig of parsed ``train`` arguments (raises
+    ValueError). A prior kernel's ``train_length`` follows ``--seq`` unless given."""
     values = {cls: {f.field: getattr(args, f.field) for f in TRAIN_FLAGS if f.config is cls}
               for cls in (CATConfig, TrainConfig)}
-    model = values[CATConfig]
-    if model["solver"] is None:
-        model["solver"] = "rk4-classic" if device.type == "mps" else CATConfig.solver
+    model = resolve_solver(values[CATConfig], device)
     train = values[TrainConfig]
     train["models"] = tuple(train["models"])
-    return CATConfig(**model), TrainConfig(**train)
+    if model["kernel"] in PRIOR_KERNELS and model["train_length"] is None:
+        model["train_length"] = train["seq"]
+    return CATConfig(**model), TrainConfig(**train), evaluation_from_args(args)
 
 
 # ------------------------------------------------------------------ the parser
 
-def _add_eval_flags(p) -> None:
+def _add_eval_flags(p, groups: dict | None = None) -> None:
     p.add_argument("--device", default="auto",
                    help="auto (cuda, then mps, then cpu), cpu, cuda or mps (default: auto)")
-    p.add_argument("--eval_windows", type=_positive(int), default=256, metavar="N",
-                   help="max validation windows per context length (default: 256)")
-    p.add_argument("--lengths", type=_positive(int), nargs="+", default=list(PUBLISHED_LENGTHS),
-                   metavar="T", help="context lengths to evaluate (default: 128 512 1024 5000)")
-    p.add_argument("--dropout_in_eval", "--dropout-in-eval", action="store_true",
-                   help="keep dropout on during evaluation, as the published script does")
-    p.add_argument("--batch_tokens", "--batch-tokens", type=_positive(int), default=32768,
-                   metavar="N", help="tokens per evaluation batch; 1 = the published batch of one window")
+    for flag in EVAL_FLAGS:
+        _add_flag(groups["evaluation"] if groups else p, flag)
     p.add_argument("--data", default=None,
                    help="path of tiny.txt (default: $CATLIB_DATA, then the user cache, then download)")
 
@@ -224,10 +294,12 @@ def _add_train_parser(sub) -> argparse.ArgumentParser:
                                    "published table. Flags and defaults of the published script, "
                                    "except --device (auto).")
     groups = {"published": t.add_argument_group("published flags"),
-              "catlib": t.add_argument_group("catlib flags")}
+              "catlib": t.add_argument_group("catlib flags"),
+              "evaluation": t.add_argument_group("evaluation flags")}
     for flag in TRAIN_FLAGS:
-        _add_flag(groups[flag.group], flag)
-    _add_eval_flags(groups["published"])
+        if flag.config not in EVAL_CONFIGS:
+            _add_flag(groups[flag.group], flag)
+    _add_eval_flags(groups["published"], groups)
     c = groups["catlib"]
     c.add_argument("--run-dir", default="runs", help="parent directory of the runs (default: runs)")
     c.add_argument("--name", default=None, help="run name (default: <variant>-<config hash>)")
@@ -292,19 +364,19 @@ def _report(result: dict) -> str:
 def cmd_train(args) -> int:
     device = resolve_device(args.device)
     try:
-        model_config, train_config = configs_from_args(args, device)
-        train_config.validate(split_point(CORPUS_CHARS, args.split), model_config.resolved().causal)
-        check_settings(args.lengths, args.eval_windows, args.batch_tokens,
-                       model_config.resolved().causal)
+        model_config, train_config, evaluation = configs_from_args(args, device)
+        causal = model_config.resolved().causal
+        train_config.validate(split_point(CORPUS_CHARS, args.split), causal)
+        check_settings(evaluation.lengths, evaluation.eval_windows, evaluation.batch_tokens,
+                       causal, evaluation.leak_length)
         distributed.check_batch(args.batch)  # under torchrun: --batch is the global batch
         device = distributed.setup(device)   # torchrun (WORLD_SIZE > 1): the process group
     except ValueError as err:
         raise RunError(_flagify(str(err))) from None
     try:
         run = train_run(model_config, train_config, root=args.run_dir, name=args.name,
-                        device=device, data=args.data, retrain=args.retrain, lengths=args.lengths,
-                        eval_windows=args.eval_windows, dropout_in_eval=args.dropout_in_eval,
-                        batch_tokens=args.batch_tokens, progress=not args.no_progress)
+                        device=device, data=args.data, retrain=args.retrain,
+                        evaluation=evaluation, progress=not args.no_progress)
     finally:
         distributed.teardown()
     if run is None:  # a rank other than 0 under torchrun: rank 0 reports
@@ -316,18 +388,19 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     run = open_run(args.run_dir)
+    ev = evaluation_from_args(args)
     try:
-        check_settings(args.lengths, args.eval_windows, args.batch_tokens,
-                       run.model_config.resolved().causal)
+        check_settings(ev.lengths, ev.eval_windows, ev.batch_tokens,
+                       run.model_config.resolved().causal, ev.leak_length)
     except ValueError as err:
         raise RunError(_flagify(str(err))) from None
     status = run.status
     if status.get("status") != "finished":
         print(f"note: run is {status.get('status')} at step {status.get('step')} of "
               f"{run.config['train']['train_steps']}; evaluating its last checkpoint", file=sys.stderr)
-    result = evaluate_run(run, args.lengths, args.eval_windows, args.dropout_in_eval,
-                          args.batch_tokens, resolve_device(args.device), data=args.data,
-                          allow_other_code=args.allow_other_code)
+    result = evaluate_run(run, ev.lengths, ev.eval_windows, ev.dropout_in_eval,
+                          ev.batch_tokens, resolve_device(args.device), leak_length=ev.leak_length,
+                          data=args.data, allow_other_code=args.allow_other_code)
     print(_report(result))
     return 0
 

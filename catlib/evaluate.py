@@ -16,7 +16,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-PUBLISHED_LENGTHS = (128, 512, 1024, 5000)
+from .eval_config import DEFAULTS, PUBLISHED_LENGTHS
+
 TABLE_HEADER = "len | CAT CE | PPL | Bas CE | PPL | dCE"
 
 
@@ -32,14 +33,14 @@ def windows(val: torch.Tensor, length: int, n: int) -> tuple[torch.Tensor, torch
     return w[:, :-1], w[:, 1:]
 
 
-def windows_per_batch(length: int, batch_tokens: int = 32768) -> int:
+def windows_per_batch(length: int, batch_tokens: int = DEFAULTS.batch_tokens) -> int:
     """Windows per forward pass: about ``batch_tokens`` tokens, and few enough that the
     baseline's L x L attention matrices (B * L^2 <= 256 * batch_tokens) stay bounded."""
     return max(1, min(batch_tokens // length, 256 * batch_tokens // (length * length)))
 
 
-def check_settings(lengths, eval_windows: int = 256, batch_tokens: int = 32768,
-                   causal: bool = True, leak_length: int = 64) -> None:
+def check_settings(lengths, eval_windows: int = DEFAULTS.eval_windows, batch_tokens: int = DEFAULTS.batch_tokens,
+                   causal: bool = True, leak_length: int = DEFAULTS.leak_length) -> None:
     """Raise ValueError naming a bad evaluation setting, before any evaluation starts.
 
     Lengths must be positive integers, and at least 2 for a non-causal (published) CAT,
@@ -100,8 +101,8 @@ class _mode:
 
 
 def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
-                  eval_windows: int = 256, dropout_in_eval: bool = False,
-                  batch_tokens: int = 32768, device: str | torch.device | None = None,
+                  eval_windows: int = DEFAULTS.eval_windows, dropout_in_eval: bool = DEFAULTS.dropout_in_eval,
+                  batch_tokens: int = DEFAULTS.batch_tokens, device: str | torch.device | None = None,
                   seed: int | None = None) -> dict:
     """Published-protocol CE of ``model`` (forward(tokens [B, L]) -> (logits [B, L, V], _)).
 
@@ -136,7 +137,7 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
     return {"len": length, "ce": ce, "ppl": math.exp(ce), "windows": n, "tokens": n * length}
 
 
-def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int, eval_windows: int = 256,
+def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int, eval_windows: int = DEFAULTS.eval_windows,
               vocab_size: int | None = None, alpha: float = 1.0) -> float | None:
     """CE of a character-bigram count model (add-``alpha`` smoothing, fitted on ``train``)
     on the same windows as :func:`cross_entropy`; a floor row for every results table.
@@ -154,8 +155,8 @@ def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int, eval_windows:
 
 
 def context_table(cat: torch.nn.Module | None, base: torch.nn.Module | None, val: torch.Tensor,
-                  lengths=PUBLISHED_LENGTHS, eval_windows: int = 256,
-                  dropout_in_eval: bool = False, batch_tokens: int = 32768,
+                  lengths=PUBLISHED_LENGTHS, eval_windows: int = DEFAULTS.eval_windows,
+                  dropout_in_eval: bool = DEFAULTS.dropout_in_eval, batch_tokens: int = DEFAULTS.batch_tokens,
                   train: torch.Tensor | None = None, device=None,
                   seed: int | None = None) -> list[dict]:
     """The published results table as a list of rows, one per context length.
@@ -217,7 +218,7 @@ def _cell(value, spec: str, nonfinite: bool = False) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def leak_score(model: torch.nn.Module, vocab_size: int, length: int = 64, n_positions: int = 4,
+def leak_score(model: torch.nn.Module, vocab_size: int, length: int = DEFAULTS.leak_length, n_positions: int = 4,
                seed: int = 0, device=None) -> float:
     """How much a model reads the future: the mean |change| of the logits at positions <= i
     when every token after i is replaced, averaged over ``n_positions`` random i.

@@ -34,6 +34,7 @@ from .nn.config import CATConfig
 from .data import SPLITS, BatchSampler
 from .evaluate import cross_entropy
 from .nn.model import CAT
+from .optim import make_optimizer
 
 
 MODELS = ("cat", "base")  # the two models of a side-by-side run
@@ -183,7 +184,7 @@ class SideBySide:
         self.cat = CAT(self.config).to(self.device) if "cat" in train_config.models else None
         self.base = Baseline(self.config).to(self.device) if "base" in train_config.models else None
         self.opt_cat, self.opt_base = (
-            torch.optim.AdamW(m.parameters(), lr=train_config.lr) if m is not None else None
+            make_optimizer(m, train_config.lr) if m is not None else None
             for m in (self.cat, self.base))
         self.sampler = BatchSampler(train_ids, train_config.batch, train_config.seq, train_config.seed)
         self.step = 0

@@ -163,11 +163,14 @@ def test_generated_flags_have_the_config_defaults():
     from catlib.cli import FLAG_OF, TRAIN_FLAGS, configs_from_args
     from catlib.train import TrainConfig
     args = build_parser().parse_args(["train"])
+    from catlib.cli import LEFT_OUT
+    from catlib.eval_config import EvalConfig
     exposed = {f.field: f for f in TRAIN_FLAGS}
-    assert {f.config for f in TRAIN_FLAGS} == {CATConfig, TrainConfig}
-    for cls in (CATConfig, TrainConfig):
+    assert {f.config for f in TRAIN_FLAGS} == {CATConfig, TrainConfig, EvalConfig}
+    for cls in (CATConfig, TrainConfig, EvalConfig):
         for field in dataclasses.fields(cls):
             if field.name not in exposed:
+                assert LEFT_OUT[field.name], field.name   # left out on purpose, with a reason
                 continue
             default = field.default if field.default_factory is dataclasses.MISSING \
                 else field.default_factory()
@@ -177,10 +180,47 @@ def test_generated_flags_have_the_config_defaults():
             else:
                 assert (tuple(value) if isinstance(value, list) else value) == default, field.name
             assert FLAG_OF[field.name] == f"--{field.name}"
-    assert configs_from_args(args, torch.device("cpu")) == (CATConfig(), TrainConfig())
-    model, _ = configs_from_args(args, torch.device("mps"))
+    assert configs_from_args(args, torch.device("cpu")) == (CATConfig(), TrainConfig(),
+                                                            EvalConfig())
+    model, _, _ = configs_from_args(args, torch.device("mps"))
     assert model == CATConfig(solver="rk4-classic")
     assert "Sobolev weight (default: 5e-7)" in " ".join(build_parser().format_help().split())
+
+
+def test_every_field_has_a_flag_or_a_reason():
+    """Flags come from every field of CATConfig, TrainConfig and EvalConfig; the book's
+    rows (kernels, baselines, dropout) need these."""
+    import dataclasses
+
+    from catlib import CATConfig
+    from catlib.cli import LEFT_OUT, TRAIN_FLAGS
+    from catlib.eval_config import EvalConfig
+    from catlib.train import TrainConfig
+    fields = {f.name for c in (CATConfig, TrainConfig, EvalConfig) for f in dataclasses.fields(c)}
+    assert fields == {f.field for f in TRAIN_FLAGS} | set(LEFT_OUT)
+    help_text = build_parser().format_help()
+    for flag in ("--kernel", "--baseline_positions", "--baseline_loops", "--kernel_residual",
+                 "--kernel_scale", "--kernel_horizon", "--quad_nodes", "--dropout",
+                 "--leak_length"):
+        assert f"{flag} " in help_text or f"{flag}," in help_text, flag
+
+
+def test_prior_kernel_train_length_follows_seq():
+    from catlib.cli import configs_from_args
+    cpu = torch.device("cpu")
+    args = build_parser().parse_args(["train", "--variant", "causal", "--kernel", "kerple-prior",
+                                      "--seq", "48", "--models", "cat"])
+    model, train, _ = configs_from_args(args, cpu)
+    assert (model.kernel, model.train_length, train.models) == ("kerple-prior", 48, ("cat",))
+    args = build_parser().parse_args(["train", "--variant", "causal", "--kernel", "alibi-prior",
+                                      "--seq", "48", "--train_length", "64",
+                                      "--no-kernel_residual", "--dropout", "0"])
+    model, _, _ = configs_from_args(args, cpu)
+    assert (model.train_length, model.kernel_residual, model.dropout) == (64, False, 0.0)
+    args = build_parser().parse_args(["train", "--variant", "causal", "--baseline_positions",
+                                      "alibi", "--baseline_loops", "2", "--models", "base"])
+    model, _, _ = configs_from_args(args, cpu)
+    assert (model.baseline_positions, model.baseline_loops, model.train_length) == ("alibi", 2, None)
 
 
 def test_old_flag_spellings_are_aliases():

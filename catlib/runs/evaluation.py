@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from ..data import Corpus, load_corpus
-from ..evaluate import PUBLISHED_LENGTHS, check_settings, context_table, leak_score
+from ..eval_config import DEFAULTS, PUBLISHED_LENGTHS
+from ..evaluate import check_settings, context_table, leak_score
 from ..provenance import code_fingerprint
 from .errors import RunError
 from .files import _read_json, _write_json, atomic_write_text
@@ -35,7 +36,7 @@ def _check_code(run: Run, allow_other_code: bool) -> None:
                        "--allow-other-code to evaluate it as it is")
 
 
-def eval_settings(lengths, eval_windows: int, dropout_in_eval: bool, leak_length: int = 64,
+def eval_settings(lengths, eval_windows: int, dropout_in_eval: bool, leak_length: int = DEFAULTS.leak_length,
                   dropout_seed: int = 0) -> dict:
     """The evaluation settings recorded in eval.json (a stored evaluation is reused only
     for the same settings)."""
@@ -44,9 +45,9 @@ def eval_settings(lengths, eval_windows: int, dropout_in_eval: bool, leak_length
             "dropout_seed": dropout_seed if dropout_in_eval else None}
 
 
-def evaluate_run(run: Run, lengths=PUBLISHED_LENGTHS, eval_windows: int = 256,
-                 dropout_in_eval: bool = False, batch_tokens: int = 32768, device="cpu",
-                 corpus: Corpus | None = None, leak_length: int = 64, data=None,
+def evaluate_run(run: Run, lengths=PUBLISHED_LENGTHS, eval_windows: int = DEFAULTS.eval_windows,
+                 dropout_in_eval: bool = False, batch_tokens: int = DEFAULTS.batch_tokens, device="cpu",
+                 corpus: Corpus | None = None, leak_length: int = DEFAULTS.leak_length, data=None,
                  allow_other_code: bool = False, dropout_seed: int = 0) -> dict:
     """Evaluate a run's models and write ``eval.json`` and ``eval.csv``; return the result.
 

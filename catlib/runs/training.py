@@ -28,7 +28,8 @@ import torch
 from .. import distributed
 from ..data import Corpus, load_corpus
 from ..devices import resolve_device
-from ..evaluate import PUBLISHED_LENGTHS, check_settings
+from ..eval_config import EvalConfig
+from ..evaluate import check_settings
 from ..nn.config import CATConfig
 from ..provenance import code_fingerprint, environment, fingerprint_files
 from ..train import NonFiniteLoss, SideBySide, TrainConfig, train_loop
@@ -44,8 +45,9 @@ from .run import RESULT_FILES, RUN_PACKAGES, WEIGHT_FILES, Run, _status_of, open
 
 def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs",
               name: str | None = None, device="auto", data=None, retrain: bool = False,
-              lengths=PUBLISHED_LENGTHS, eval_windows: int = 256, dropout_in_eval: bool = False,
-              batch_tokens: int = 32768, evaluate: bool = True, progress: bool = True,
+              evaluation: EvalConfig | None = None, lengths=None, eval_windows: int | None = None,
+              dropout_in_eval: bool | None = None, batch_tokens: int | None = None,
+              evaluate: bool = True, progress: bool = True,
               echo: Callable[[str], None] | None = print,
               on_step: Callable[[dict], None] | None = None) -> Run | None:
     """Train (or reuse, or resume) a side-by-side run in ``root/name`` and evaluate it.
@@ -53,9 +55,10 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
     ``root``, ``name``: the run directory (``name`` defaults to ``<variant>-<config
     hash>``); ``device``: "auto", "cpu", "cuda", "mps" or a torch.device; ``data``: the
     corpus path (default: :func:`catlib.data.corpus_path`); ``retrain``: start afresh even
-    where a finished run exists. The evaluation after training: at ``lengths`` on at most
-    ``eval_windows`` windows, ``dropout_in_eval`` as the published script, ``batch_tokens``
-    per forward pass; ``evaluate=False`` skips it. ``progress`` draws a progress bar,
+    where a finished run exists. The evaluation after training: ``evaluation``
+    (:class:`~catlib.eval_config.EvalConfig`, default its defaults), with any of
+    ``lengths``, ``eval_windows``, ``dropout_in_eval``, ``batch_tokens`` given replacing
+    its field; ``evaluate=False`` skips it. ``progress`` draws a progress bar,
     ``echo`` prints the published progress line, ``on_step(metrics)`` is called after
     every step. Errors: see :func:`_train_run`.
 
@@ -63,9 +66,11 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
     tells the other ranks, once the run directory is ready, to train beside it (from its
     checkpoint), or the error to raise; they return None, without evaluating.
     """
+    evaluation = (evaluation or EvalConfig()).replace(
+        lengths=lengths, eval_windows=eval_windows, dropout_in_eval=dropout_in_eval,
+        batch_tokens=batch_tokens)
     options = dict(root=root, name=name, device=device, data=data, retrain=retrain,
-                   lengths=lengths, eval_windows=eval_windows, dropout_in_eval=dropout_in_eval,
-                   batch_tokens=batch_tokens, evaluate=evaluate, progress=progress, echo=echo,
+                   evaluation=evaluation, evaluate=evaluate, progress=progress, echo=echo,
                    on_step=on_step)
     try:
         distributed.check_batch(train_config.batch)
@@ -84,8 +89,8 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
 
 
 def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name: str | None,
-               device, data, retrain: bool, lengths, eval_windows: int, dropout_in_eval: bool,
-               batch_tokens: int, evaluate: bool, progress: bool,
+               device, data, retrain: bool, evaluation: EvalConfig, evaluate: bool,
+               progress: bool,
                echo: Callable[[str], None] | None, on_step: Callable[[dict], None] | None,
                ready: Callable[[dict], None] = lambda info: None) -> Run:
     """Train (or reuse, or resume) a side-by-side run in ``root/name`` and evaluate it; the
@@ -103,18 +108,18 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name
     say = echo or (lambda s: None)
     model_config = model_config.resolved()
     # 1. Inputs, before anything is read from or written to the run directory.
-    corpus, dev = _check_inputs(model_config, train_config, data, device, lengths, eval_windows,
-                                batch_tokens)
+    corpus, dev = _check_inputs(model_config, train_config, data, device, evaluation)
     code = code_fingerprint()
     h = config_hash(model_config, train_config, corpus.sha256, code)
     path = Path(root) / (name or f"{model_config.variant}-{h[:8]}")
-    settings = eval_settings(lengths, eval_windows, dropout_in_eval)
+    ev = evaluation
+    settings = eval_settings(ev.lengths, ev.eval_windows, ev.dropout_in_eval, ev.leak_length)
     config = {"hash": h, "model": model_config.to_dict(), "train": train_config.to_dict(),
               "eval": settings, "data_sha256": corpus.sha256,
               "code": {"fingerprint": code, "files": fingerprint_files()}}
-    score = functools.partial(evaluate_run, lengths=lengths, eval_windows=eval_windows,
-                              dropout_in_eval=dropout_in_eval, batch_tokens=batch_tokens,
-                              device=dev, corpus=corpus)
+    score = functools.partial(evaluate_run, lengths=ev.lengths, eval_windows=ev.eval_windows,
+                              dropout_in_eval=ev.dropout_in_eval, batch_tokens=ev.batch_tokens,
+                              leak_length=ev.leak_length, device=dev, corpus=corpus)
     # 2. An existing directory: read only, so that a damaged one is left as it is.
     existing = _check_existing(path, model_config, train_config, corpus.sha256, h, code, retrain)
     _make_directory(path)
@@ -139,14 +144,15 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name
     return run
 
 
-def _check_inputs(model_config: CATConfig, train_config: TrainConfig, data, device, lengths,
-                  eval_windows: int, batch_tokens: int) -> tuple[Corpus, torch.device]:
+def _check_inputs(model_config: CATConfig, train_config: TrainConfig, data, device,
+                  evaluation: EvalConfig) -> tuple[Corpus, torch.device]:
     """Step 1 of :func:`_train_run`: check the training and evaluation settings, load the
     corpus (DataError) and check the config against it, resolve the device; bad input
     raises RunError. Returns ``(corpus, device)``."""
     try:
         train_config.validate(causal=model_config.causal)
-        check_settings(lengths, eval_windows, batch_tokens, model_config.causal)
+        check_settings(evaluation.lengths, evaluation.eval_windows, evaluation.batch_tokens,
+                       model_config.causal, evaluation.leak_length)
     except ValueError as e:
         raise RunError(str(e)) from None
     corpus = load_corpus(data, split=train_config.split)

@@ -1,0 +1,59 @@
+"""EvalConfig: the evaluation settings of a run, with their only defaults.
+
+The context-length evaluation (:mod:`catlib.evaluate`), a run's evaluation
+(:mod:`catlib.runs.evaluation`), training a run and the command line take their
+defaults from this dataclass; each field's ``help`` (field metadata) is the text of its
+``train``/``eval`` flag.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+PUBLISHED_LENGTHS = (128, 512, 1024, 5000)
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How a run is evaluated (defaults: the published protocol, batched).
+
+    ``lengths``: context lengths L; ``eval_windows``: the cap on windows per length;
+    ``batch_tokens``: tokens per forward pass (1: the published batch of one window);
+    ``leak_length``: the sequence length of the leak score; ``dropout_in_eval``: dropout
+    on, as the published script evaluates; ``curve_windows``: the cap on windows at the
+    longest length when it is scored per position (None: ``eval_windows``).
+    """
+
+    lengths: tuple = field(default=PUBLISHED_LENGTHS,
+                           metadata=_help("context lengths to evaluate"))
+    eval_windows: int = field(default=256,
+                              metadata=_help("max validation windows per context length"))
+    batch_tokens: int = field(default=32768, metadata=_help(
+        "tokens per evaluation batch; 1 = the published batch of one window"))
+    leak_length: int = field(default=64, metadata=_help("sequence length of the leak score"))
+    dropout_in_eval: bool = field(default=False, metadata=_help(
+        "keep dropout on during evaluation, as the published script does"))
+    curve_windows: int | None = field(default=None, metadata=_help(
+        "max windows at the longest length when it is scored per position "
+        "(default: eval_windows)"))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lengths, (list, int)):  # from JSON, or a single length
+            lengths = (self.lengths,) if isinstance(self.lengths, int) else tuple(self.lengths)
+            object.__setattr__(self, "lengths", lengths)
+
+    def replace(self, **changes) -> "EvalConfig":
+        """A copy with the ``changes`` that are not None (a caller's unset keywords)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["lengths"] = list(self.lengths)
+        return d
+
+
+DEFAULTS = EvalConfig()
