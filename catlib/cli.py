@@ -1,4 +1,5 @@
-"""``python -m catlib train|eval|audit``: the published script's command line, plus runs.
+"""``python -m catlib train|eval|audit|sample``: the published script's command line, plus
+runs and text samples of their models.
 
 Bad input (flags, corpus, run directory, device, checkpoint) prints one line on stderr
 naming the problem and the fix, and exits with status 2 before anything is written.
@@ -28,12 +29,13 @@ from . import distributed
 from .audit import AuditError, audit_model, audit_to_json, format_audit, load_for_audit
 from .nn.config import (BASELINE_POSITIONS, BASES, KERNELS, PENALTIES, PRIOR_KERNELS,
                         SOLVER_NAMES, VARIANTS, CATConfig)
-from .data import CORPUS_CHARS, SPLITS, DataError, split_point
+from .data import CORPUS_CHARS, SPLITS, DataError, load_corpus, split_point
 from .eval_config import EvalConfig
 from .evaluate import check_settings, format_table
 from .devices import DEVICES, DeviceError, resolve_device
 from .runs import (RunError, RunInterrupted, StorageError, TrainingFailed, evaluate_run,
                    open_run, train_run)
+from .sample import MODEL_NAMES, PROMPT_CHARS, sample_run
 from .train import MODELS, TrainConfig
 
 CPU_HINT = """\
@@ -328,11 +330,34 @@ def add_audit_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _add_sample_parser(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser("sample", help="text written by a trained model of a run",
+                       description="Print text that a finished run's model writes after a "
+                                   "prompt, in eval mode; the same seed gives the same text.")
+    s.add_argument("run_dir", help="a finished run directory, e.g. runs/causal-1a2b3c4d")
+    s.add_argument("--model", choices=MODEL_NAMES, default="cat",
+                   help="the run's model: cat or base, the baseline (default: cat)")
+    s.add_argument("--chars", type=_positive(int), default=600, metavar="N",
+                   help="characters to write (default: 600)")
+    s.add_argument("--prompt", default=None, help=f"the text to continue (default: the first "
+                   f"{PROMPT_CHARS} characters of the run's validation split)")
+    s.add_argument("--temperature", type=float, default=1.0, metavar="X",
+                   help="softmax temperature; 0: the most likely character (default: 1)")
+    s.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed of the draws (default: 0)")
+    s.add_argument("--device", default="auto",
+                   help="auto (cuda, then mps, then cpu), cpu, cuda or mps (default: auto)")
+    s.add_argument("--data", default=None,
+                   help="path of tiny.txt (default: $CATLIB_DATA, then the user cache, then download)")
+    s.set_defaults(func=cmd_sample)
+    return s
+
+
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="python -m catlib", formatter_class=argparse.RawDescriptionHelpFormatter,
                   description="Train and evaluate the Continuous Attention Transformer beside its "
                               "baseline, as published or corrected, and audit its defects.")
-    sub = top.add_subparsers(dest="command", metavar="{train,eval,audit}", parser_class=_Parser)
+    sub = top.add_subparsers(dest="command", metavar="{train,eval,audit,sample}", parser_class=_Parser)
     t = _add_train_parser(sub)
     e = sub.add_parser("eval", help="evaluate a run directory at several context lengths",
                        description="Evaluate the models of a run directory with the published "
@@ -343,7 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluate a run trained by other catlib code (another code fingerprint)")
     e.set_defaults(func=cmd_eval)
     a = add_audit_parser(sub)
-    top.epilog = "\n".join(p.format_help() for p in (t, e, a))
+    s = _add_sample_parser(sub)
+    top.epilog = "\n".join(p.format_help() for p in (t, e, a, s))
     return top
 
 
@@ -405,6 +431,15 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_sample(args) -> int:
+    if args.temperature < 0:
+        raise RunError(f"--temperature must be >= 0, got {args.temperature}")
+    vocab = load_corpus(args.data, split=open_run(args.run_dir).train_config.split).vocab
+    print(sample_run(args.run_dir, args.chars, args.prompt, args.model, args.temperature,
+                     args.seed, resolve_device(args.device), vocab=vocab))
+    return 0
+
+
 def cmd_audit(args, prog: str = "python -m catlib audit") -> int:
     """Run the audit for parsed arguments; 0 on success, 2 (one line on stderr) for bad input."""
     try:
@@ -441,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     prog = f"python -m catlib {args.command}" if args.command else "python -m catlib"
     if args.command is None:
-        print(f"{prog}: error: choose a command, train, eval or audit; see `{prog} --help`", file=sys.stderr)
+        print(f"{prog}: error: choose a command, train, eval, audit or sample; see `{prog} --help`", file=sys.stderr)
         return 2
     try:
         return args.func(args)
