@@ -11,6 +11,7 @@ has one name everywhere: tables, figures and the artefacts in ``results/``.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -26,7 +27,9 @@ import torch
 
 from .nn.config import PRIOR_KERNELS, CATConfig
 from .data import Corpus, load_corpus
+from .eval_config import EvalConfig
 from .evaluate import context_table, n_windows
+from .experiment_config import ExperimentConfig
 from .extrapolation import position_ce
 from .provenance import code_fingerprint
 from .runs import Run, atomic_write_text, run_lock, train_run, weights_digest
@@ -113,20 +116,24 @@ def window_cap(length: int, longest: int, eval_windows: int, curve_windows: int 
     return (curve_windows or eval_windows) if length == longest else eval_windows
 
 
-def configs(row: Row, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, TrainConfig]:
-    """The model and training configuration of ``row``'s run for ``seed``.
-
-    ``sizes``: CATConfig fields shared by every row (d_model, n_heads, n_freq, blocks,
-    solver, solver_steps, dropout); ``train``: TrainConfig fields (train_steps, lr, batch, seq, ...).
-    """
-    fields = dict(sizes)
-    if row.published_dropout:
-        fields.pop("dropout", None)                 # the published rate, CATConfig's default
+def row_configs(row: Row, experiment: ExperimentConfig, seed: int) -> tuple[CATConfig, TrainConfig]:
+    """The model and training configuration of ``row``'s run for ``seed``: the
+    experiment's shared model and training settings with the row's variant, options,
+    split and models (a prior kernel's ``train_length`` follows ``seq``)."""
     options = dict(row.options)
+    if row.published_dropout:
+        options["dropout"] = CATConfig.dropout      # the published rate, CATConfig's default
     if options.get("kernel") in PRIOR_KERNELS:
-        options.setdefault("train_length", train["seq"])   # the residual lives below it
-    model = CATConfig(variant=row.variant, **fields, **options)
-    return model, TrainConfig(**train, seed=seed, split=row.split, models=row.trains)
+        options.setdefault("train_length", experiment.train.seq)  # the residual lives below it
+    model = dataclasses.replace(experiment.model, variant=row.variant, **options)
+    return model, dataclasses.replace(experiment.train, seed=seed, split=row.split,
+                                      models=row.trains)
+
+
+def configs(row: Row, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, TrainConfig]:
+    """:func:`row_configs` from plain dicts: ``sizes`` (CATConfig fields shared by every
+    row) and ``train`` (TrainConfig fields)."""
+    return row_configs(row, ExperimentConfig(CATConfig(**sizes), TrainConfig(**train)), seed)
 
 
 def default_jobs(device) -> int:
@@ -152,20 +159,21 @@ def worker_devices(device, jobs: int | None = None, devices=None) -> list[str]:
     return [str(device)]
 
 
-def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
-               root, device, lengths, eval_windows: int, curve_length: int | None = None,
-               curve_windows: int | None = None, dropout_on: list | None = None,
+def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, device,
+               seeds=None, curve: bool = True, dropout_on: list | None = None,
                jobs: int | None = None, devices=None,
                echo: Callable[[str], None] | None = print) -> dict[tuple[str, int], Run]:
-    """Train (or reuse) the run of every row and seed, evaluated at ``lengths``.
+    """Train (or reuse) the run of every row and seed of a grid, and score each.
 
-    ``seeds``: a list of seeds, or a function of the row's label giving its seeds.
+    ``experiment``: the sizes, training and evaluation the rows share; ``seeds``: a list
+    of seeds, or a function of the row's label giving its seeds (default: the
+    experiment's ``seeds``). Each run is evaluated at the experiment's lengths but the
+    last, which, with ``curve``, is scored per position instead
+    (:func:`position_curve`, on at most ``curve_windows`` windows, default
+    ``eval_windows``); without ``curve``, at every length. With ``dropout_on``
+    (lengths), the runs of rows that keep the published dropout are also scored by the
+    published protocol, dropout on, at those lengths (:func:`dropout_on_rows`).
 
-    With ``curve_length``, each trained model's per-position CE at that length is computed
-    too (on at most ``curve_windows`` windows, default ``eval_windows``) and stored with its
-    run (:func:`position_curve`). With ``dropout_on`` (lengths), the runs of rows that keep
-    the published dropout are also scored by the published protocol, dropout on, at those
-    lengths (:func:`dropout_on_rows`; ``curve_windows`` at ``curve_length``).
     The runs are independent: on the CPU they train in parallel processes, ``jobs`` at a
     time, each on one thread, so that the numbers do not depend on ``jobs``; on CUDA with
     several ``devices``, one process per device takes every n-th run
@@ -175,21 +183,25 @@ def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
     """
     device = torch.device(device)
     slots = worker_devices(device, jobs, devices)
-    seeds_of = _seeds_of(seeds)
+    seeds_of = _seeds_of(experiment.seeds if seeds is None else seeds)
+    ev = experiment.evaluation
+    lengths = experiment.table_lengths if curve else ev.lengths
+    curve_length = experiment.curve_length if curve else None
+    evaluation = EvalConfig(lengths=lengths, eval_windows=ev.eval_windows)
     specs, owners = {}, {}
     for label in rows:
         for seed in seeds_of(label):
             row = ROWS[label]
-            model, tc = configs(row, sizes, train, seed)
+            model, tc = row_configs(row, experiment, seed)
             key = (json.dumps(model.resolved().to_dict(), sort_keys=True), json.dumps(tc.identity()))
             if key not in specs:
                 specs[key] = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root),
-                                  lengths=list(lengths), eval_windows=eval_windows,
+                                  lengths=list(lengths), eval_windows=ev.eval_windows,
                                   curve_length=curve_length,
-                                  curve_windows=curve_windows or eval_windows,
+                                  curve_windows=ev.curve_windows or ev.eval_windows,
                                   dropout_on=list(dropout_on or []) if row.published_dropout else [])
             owners.setdefault(key, []).append((label, seed))
-    # Longest first, so that no worker is left with a long job at the end (wall time only).
+    # Costliest first, so that no worker is left with a long job at the end (wall time only).
     specs = dict(sorted(specs.items(), key=lambda item: -_expected_cost(item[1])))
     for i, spec in enumerate(specs.values()):
         spec["device"] = slots[i % len(slots)]
@@ -203,11 +215,27 @@ def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
     out = {}
     for key, spec in specs.items():   # finished now: open each run with its stored evaluation
         run = train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
-                        root=root, device=device, lengths=lengths, eval_windows=eval_windows,
-                        progress=False, echo=None)
+                        root=root, device=device, evaluation=evaluation, progress=False,
+                        echo=None)
         run.reused = done[key]["reused"]
         out.update({owner: run for owner in owners[key]})
     return out
+
+
+def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
+               root, device, lengths, eval_windows: int, curve_length: int | None = None,
+               curve_windows: int | None = None, dropout_on: list | None = None,
+               jobs: int | None = None, devices=None,
+               echo: Callable[[str], None] | None = print) -> dict[tuple[str, int], Run]:
+    """:func:`train_grid` from plain parameters (the name and signature of earlier
+    versions): ``sizes`` and ``train`` as CATConfig and TrainConfig fields, evaluation at
+    ``lengths``, and with ``curve_length`` the per-position curve at that length."""
+    curve = curve_length is not None
+    evaluation = EvalConfig(lengths=(*lengths, curve_length) if curve else tuple(lengths),
+                            eval_windows=eval_windows, curve_windows=curve_windows)
+    experiment = ExperimentConfig(CATConfig(**sizes), TrainConfig(**train), evaluation)
+    return train_grid(rows, experiment, root=root, device=device, seeds=seeds, curve=curve,
+                      dropout_on=dropout_on, jobs=jobs, devices=devices, echo=echo)
 
 
 def _seeds_of(seeds) -> Callable[[str], list]:
@@ -279,21 +307,23 @@ def _train_job(spec: dict) -> dict:
         torch.set_num_threads(threads)
 
 
-# Seconds per training step on one CPU thread at the cpu profile's sizes, measured: CAT with
-# the absolute, relative and content kernels about 0.23, 0.20 and 0.38 (with the published
-# dropout, as CAT and baseline together, 0.42); a baseline about 0.05 to 0.10. The dropout-on
-# evaluation of a published run costs about as much as training it. Only the order of the
-# jobs depends on these, never a number.
-_STEP_COST = {"absolute": 0.23, "relative": 0.20, "content": 0.38, "alibi-prior": 0.36,
-              "kerple-prior": 0.36}
-_BASE_STEP_COST = 0.08
+# Relative cost of a training step, by CAT's kernel and for a baseline (per loop): weights
+# that only order the jobs (costliest first), never change a number. The content kernel
+# scores every query-key pair, the prior kernels add a prior to the spectral kernel, a
+# baseline is a plain transformer layer; benchmarks/ measures the times behind them. The
+# dropout-on evaluation of a published run weighs about as much as training it.
+_STEP_WEIGHT = {"absolute": 23, "relative": 20, "content": 38, "alibi-prior": 36,
+                "kerple-prior": 36}
+_UNKNOWN_KERNEL_WEIGHT = 30
+_BASELINE_STEP_WEIGHT = 8
+_STEP_COST, _BASE_STEP_COST = _STEP_WEIGHT, _BASELINE_STEP_WEIGHT   # earlier names
 
 
 def _expected_cost(spec: dict) -> float:
-    """A rough estimate of a job's seconds, to start the longest first."""
+    """A job's relative cost (steps times the step weights), to start the costliest first."""
     model, steps = spec["model"], spec["train"]["train_steps"]
-    per_step = sum(_STEP_COST.get(model.get("kernel", "absolute"), 0.3) if m == "cat"
-                   else _BASE_STEP_COST * model.get("baseline_loops", 1)
+    per_step = sum(_STEP_WEIGHT.get(model.get("kernel", "absolute"), _UNKNOWN_KERNEL_WEIGHT)
+                   if m == "cat" else _BASELINE_STEP_WEIGHT * model.get("baseline_loops", 1)
                    for m in spec["train"]["models"])
     return steps * per_step * (2.0 if spec["dropout_on"] else 1.0)
 

@@ -4,11 +4,11 @@
   each profile is for; how to add a notebook);
 - :mod:`~catlib.book.parameters`: the notebooks' ``parameters`` cells, checked against the profiles;
 - :mod:`~catlib.book.runner`: ``run``, the notebooks of a profile in order, after
-  :mod:`~catlib.book.training` (``train_runs_first``, the experiment chapters' runs in one pool);
+  :mod:`~catlib.book.training` (``train_book_pool``, the experiment chapters' runs in one pool);
 - :mod:`~catlib.book.execution`: one notebook through papermill, atomically, and its failure;
   :mod:`~catlib.book.processes` (Ctrl-C, the kernel's process tree) and
   :mod:`~catlib.book.rewrite` (the parameters shown once) serve it;
-- :mod:`~catlib.book.report`: ``Record`` and the run report of the reproducibility page;
+- :mod:`~catlib.book.run_report`: ``Record`` and the run report of the reproducibility page;
 - :mod:`~catlib.book.builder`: ``jupyter-book build``;
 - :mod:`~catlib.book.publish`: the README's headline table and the ``results/`` artefacts;
 - :mod:`~catlib.book.cli` (and ``__main__``): the command line;
@@ -29,10 +29,10 @@ from .parameters import _papermill_names, check_profiles, notebook_parameters
 from .processes import _descendants, _descendants_from_proc, _stop_kernel_on_ctrl_c
 from .profiles import _EXPERIMENT, COMMON_PARAMETERS, PROFILES
 from .publish import README_MARKERS, publish_extrapolation, publish_headline
-from .report import BOOK_PACKAGES, Record, _now, _update_report, render_profiles, render_report
+from .run_report import BOOK_PACKAGES, Record, _now, _update_report, render_profiles, render_report
 from .rewrite import show_parameters_once
 from .runner import run
-from .training import _SHARED, TRAINING_STAGE, train_runs_first
+from .training import TRAINING_STAGE, train_book_pool, train_runs_first
 
 __all__ = [
     "BOOK_PACKAGES", "COMMON_PARAMETERS", "DEVICES", "FIGURE_DIR", "PROFILES", "README_MARKERS",
@@ -40,8 +40,8 @@ __all__ = [
     "check_profiles", "execute", "find_root", "first_page", "main", "notebook_failed",
     "notebook_parameters", "publish_extrapolation", "publish_headline", "render_profiles",
     "render_report", "resolve_device", "run", "save_figure", "show_parameters_once",
-    "train_runs_first",
+    "train_book_pool", "train_runs_first",
     # private, imported by tests and benchmarks
-    "_EXPERIMENT", "_SHARED", "_descendants", "_descendants_from_proc", "_failed_cell", "_now",
+    "_EXPERIMENT", "_descendants", "_descendants_from_proc", "_failed_cell", "_now",
     "_papermill_names", "_stop_kernel_on_ctrl_c", "_update_report",
 ]

@@ -4,10 +4,11 @@ Every notebook in ``notebooks/`` has one cell tagged ``parameters``. A *profile*
 fixes the sizes of every notebook at once; its definition lives only here, in
 :data:`PROFILES` (profile -> notebook -> parameter overrides):
 
-- ``smoke``: each notebook in under a minute on 2 CPU cores (CI, nbval references);
-- ``cpu``: the default, the whole book in under 30 minutes on 2 CPU cores; a
-  notebook's own ``parameters`` cell holds these values, so that running it by
-  hand gives the cpu profile (``tests/test_book.py`` checks they agree);
+- ``smoke``: the smallest sizes that run every cell (CI, nbval references);
+- ``cpu``: the default, sizes a laptop's CPU builds the whole book at (the
+  reproducibility page states the measured time); a notebook's own ``parameters``
+  cell holds these values, so that running it by hand gives the cpu profile
+  (``tests/test_book.py`` checks they agree);
 - ``paper``: the published sizes, for a GPU.
 
 The runner (:mod:`catlib.book.runner`) executes the notebooks in :data:`PROFILES` order.
@@ -25,7 +26,9 @@ from __future__ import annotations
 COMMON_PARAMETERS = ("device", "profile", "figure_dir")
 
 # The experiment of notebooks 05, 06 and 08 (and the split study of 07): one set of sizes
-# and training settings per profile, shared so that their runs are the same runs.
+# and training settings per profile, shared so that their runs are the same runs. Written
+# as the notebooks' papermill parameters (one per field); experiment(profile) is the typed
+# value (ExperimentConfig) they make.
 _EXPERIMENT: dict[str, dict] = {
     "smoke": dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1,
                   dropout=0.0, train_steps=40, lr=4e-3, batch=4, seq=32, lengths=[16, 32, 64],
@@ -95,3 +98,11 @@ PROFILES: dict[str, dict[str, dict]] = {
         "08_beyond": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2]),
     },
 }
+
+
+def experiment(profile: str):
+    """The experiment of ``profile`` as an :class:`~catlib.experiment_config.ExperimentConfig`
+    (sizes, training, evaluation and the seeds of chapter 06)."""
+    from ..experiment_config import ExperimentConfig
+
+    return ExperimentConfig.from_parameters(PROFILES[profile]["06_context_length"])
