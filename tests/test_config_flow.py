@@ -1,0 +1,135 @@
+"""One typed configuration: EvalConfig's defaults are the only ones, a profile's
+experiment is an ExperimentConfig read by field name, the optimiser has one home, and the
+earlier names keep working."""
+import dataclasses
+import inspect
+from pathlib import Path
+
+import torch
+
+import catlib
+from catlib import evaluate, experiment as ex
+from catlib.eval_config import DEFAULTS, EvalConfig
+from catlib.experiment_config import ExperimentConfig
+from catlib.nn.config import CATConfig
+from catlib.train import TrainConfig
+
+PACKAGE = Path(catlib.__file__).parent
+
+
+def test_the_evaluation_defaults_are_eval_configs():
+    from catlib.runs import evaluation
+    for fn in (evaluate.cross_entropy, evaluate.context_table, evaluate.check_settings,
+               evaluate.bigram_ce, evaluation.evaluate_run):
+        for name, p in inspect.signature(fn).parameters.items():
+            if name in {f.name for f in dataclasses.fields(EvalConfig)} and p.default is not p.empty:
+                assert p.default == getattr(DEFAULTS, name), (fn.__name__, name)
+    sources = [p.read_text() for p in PACKAGE.rglob("*.py")]
+    assert sum(s.count("32768") for s in sources) == 1
+    assert EvalConfig(lengths=[16, 32]).lengths == (16, 32)
+    assert DEFAULTS.replace(eval_windows=None, lengths=(8,)) == EvalConfig(lengths=(8,))
+
+
+def test_a_profile_is_a_typed_experiment():
+    from catlib.book import profiles
+    p = profiles._EXPERIMENT["cpu"]
+    e = profiles.experiment("cpu")
+    assert e.model == CATConfig(d_model=p["d_model"], n_heads=p["n_heads"], n_freq=p["n_freq"],
+                                blocks=p["blocks"], solver=p["solver"],
+                                solver_steps=p["solver_steps"], dropout=p["dropout"])
+    assert e.train == TrainConfig(train_steps=p["train_steps"], lr=p["lr"], batch=p["batch"],
+                                  seq=p["seq"])
+    assert e.evaluation == EvalConfig(lengths=tuple(p["lengths"]),
+                                      eval_windows=p["eval_windows"],
+                                      curve_windows=p["curve_windows"])
+    assert e.seeds == (0, 1, 2) and e.published_seeds == (0,)
+    assert (e.table_lengths, e.curve_length) == (tuple(p["lengths"][:-1]), p["lengths"][-1])
+    # 05's own settings: its seed and validation go to TrainConfig, others are ignored
+    five = ExperimentConfig.from_parameters(profiles.PROFILES["cpu"]["05_training"])
+    assert five.train.val_every == 50 and five.shared() == e.shared()
+
+
+def test_row_configs_are_the_plain_dict_configs():
+    e = ExperimentConfig.from_parameters(dict(d_model=16, n_heads=2, n_freq=4, dropout=0.0,
+                                              train_steps=3, batch=2, seq=16))
+    sizes, train = dict(d_model=16, n_heads=2, n_freq=4, dropout=0.0), \
+        dict(train_steps=3, batch=2, seq=16)
+    for label, row in ex.ROWS.items():
+        assert ex.row_configs(row, e, 2) == ex.configs(row, sizes, train, 2), label
+    model, tc = ex.row_configs(ex.ROWS["published CAT"], e, 1)
+    assert (model.dropout, model.variant, tc.seed, tc.split) == (0.1, "published", 1, "published")
+    model, _ = ex.row_configs(ex.ROWS["KERPLE-prior CAT"], e, 0)
+    assert (model.kernel, model.train_length) == ("kerple-prior", 16)
+
+
+def test_the_book_pool_keeps_no_key_lists():
+    from catlib.book import training
+    source = inspect.getsource(training)
+    for name in ("_SHARED", "_sizes", "_train_settings"):
+        assert name not in source
+
+
+def test_earlier_names_still_work():
+    import catlib.book
+    from catlib.book import report, run_report
+    assert ex.train_rows is not ex.train_grid and callable(ex.train_rows)
+    assert catlib.book.train_runs_first is catlib.book.train_book_pool
+    assert report.Record is run_report.Record and report._update_report is run_report._update_report
+
+
+def test_job_weights_only_order_the_jobs():
+    w = ex._STEP_WEIGHT
+    assert w["content"] > w["alibi-prior"] == w["kerple-prior"] > w["absolute"] > w["relative"] \
+        > ex._BASELINE_STEP_WEIGHT
+    assert all(isinstance(v, int) for v in w.values())
+
+
+def test_the_optimiser_is_the_published_adamw():
+    from catlib.optim import make_optimizer, param_groups
+    torch.manual_seed(0)
+    model = catlib.CAT(CATConfig(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic",
+                                 solver_steps=1, dropout=0.0))
+    groups = param_groups(model)
+    assert [id(p) for g in groups for p in g["params"]] == [id(p) for p in model.parameters()]
+    twin = catlib.CAT(model.config)
+    twin.load_state_dict(model.state_dict())
+    ours, published = make_optimizer(model, 1e-2), torch.optim.AdamW(twin.parameters(), lr=1e-2)
+    x = torch.randint(65, (2, 8))
+    for m, opt in ((model, ours), (twin, published)):
+        for _ in range(2):
+            opt.zero_grad()
+            m(x)[0].square().mean().backward()
+            opt.step()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(a, b)
+    assert ours.state_dict()["param_groups"] == published.state_dict()["param_groups"]
+
+
+def test_the_book_commands_are_in_using_catlib():
+    page = (PACKAGE.parent / "book" / "library.md").read_text()
+    assert "python -m catlib train $CPU --kernel kerple-prior --models cat" in page
+    assert "python -m catlib train $CPU --baseline_positions alibi --models base" in page
+    from catlib.book.profiles import _EXPERIMENT
+    cpu = _EXPERIMENT["cpu"]
+    for name in ("d_model", "n_heads", "n_freq", "train_steps", "batch", "seq", "eval_windows",
+                 "solver_steps"):
+        assert f"--{name} {cpu[name]} " in page, name
+    assert float(page.split("--lr ")[-1].split()[0]) == cpu["lr"] and "--dropout 0 " in page
+
+
+def test_the_book_commands_train_the_books_runs():
+    """The commands of "Using catlib" make the configs of the book's rows at the cpu
+    profile (the same runs, by config hash)."""
+    import re
+    import shlex
+
+    from catlib.book.profiles import experiment
+    from catlib.cli import build_parser, configs_from_args
+    page = (PACKAGE.parent / "book" / "library.md").read_text()
+    common = re.search(r'CPU="(.*?)"', page, re.S).group(1).replace("\\\n", " ")
+    for label, extra in (("KERPLE-prior CAT", "--kernel kerple-prior --models cat"),
+                         ("ALiBi baseline", "--baseline_positions alibi --models base")):
+        args = build_parser().parse_args(["train", *shlex.split(common), *extra.split()])
+        model, train, _ = configs_from_args(args, torch.device("cpu"))
+        want_model, want_train = ex.row_configs(ex.ROWS[label], experiment("cpu"), 0)
+        assert model == want_model and train.identity() == want_train.identity(), label
