@@ -304,18 +304,18 @@ def penalty_charges(model: CAT) -> dict:
     seminorm of the model's own kernels (None when their seminorm is 0).
     """
     attn = _attentions(model)[0]
-    name, kind, n = attn.basis_name, attn.kernels[0].penalty, attn.n_freq
+    name, formula, n = attn.basis_name, attn.kernels[0].penalty, attn.n_freq   # penalty kind
     unit = torch.eye(n * n, dtype=torch.float64).view(n * n, n, n)
-    charged = torch.stack([sobolev_penalty(c[None], name, kind) for c in unit])
+    charged = torch.stack([sobolev_penalty(c[None], name, formula) for c in unit])
     exact = torch.stack([sobolev_penalty(c[None], name, "exact") for c in unit])
     flat = exact <= 1e-9 * exact.max()
     own = [a.stacked()[0].detach().cpu().double() for a in _attentions(model)]   # [h, n, n]
-    own_model = sum(sobolev_penalty(c, name, kind).item() for c in own)
+    own_model = sum(sobolev_penalty(c, name, formula).item() for c in own)
     own_exact = sum(sobolev_penalty(c, name, "exact").item() for c in own)
     return {"zero_curvature": charged[flat].max().item(),
             "linear": charged[n].item() if n > 1 else 0.0,
             "ratio": own_model / own_exact if own_exact > 0 else None,
-            "basis": name, "penalty": kind}
+            "basis": name, "penalty": formula}
 
 
 def penalty_formula(model: CAT, tol: float = 1e-9) -> Finding:
