@@ -28,10 +28,10 @@ def logits_zeroed(config: CATConfig, length: int = 32, seed: int = 0) -> Finding
     """The published baseline's dropout on its logits (a setting of the published script,
     not one of the ten): the share of logits that are exactly 0 in training mode."""
     with seeded(seed, torch.device("cpu")):
-        base = Baseline(config).train()
+        baseline = Baseline(config).train()
         x = _tokens(config.vocab_size, 2, length, seed, "cpu")
         with torch.no_grad():
-            share = (base(x)[0] == 0).double().mean().item()
+            share = (baseline(x)[0] == 0).double().mean().item()
     return Finding(0, "dropout on the baseline's logits", share > 0, share,
                    "share of baseline logits zeroed, training mode", "")
 

@@ -85,11 +85,11 @@ def causality(model: CAT, length: int = 64, seed: int = 0, baseline=None, tol: f
 def permutation_gap(baseline: torch.nn.Module, length: int = 32, seed: int = 0) -> float:
     """max |f(P x) − P f(x)| of ``baseline``'s logits in float64 (eval mode) for a random
     permutation P of the positions: 0 to rounding for a model that cannot see order."""
-    base = _copy(baseline).cpu().double().eval()
-    x = _tokens(base.config.vocab_size, 2, length, seed, "cpu")
+    work = _copy(baseline).cpu().double().eval()
+    x = _tokens(work.config.vocab_size, 2, length, seed, "cpu")
     perm = torch.randperm(length, generator=torch.Generator().manual_seed(seed + 1))
     with torch.no_grad():
-        return (base(x)[0][:, perm] - base(x[:, perm])[0]).abs().max().item()
+        return (work(x)[0][:, perm] - work(x[:, perm])[0]).abs().max().item()
 
 
 def baseline_positions(model: CAT, baseline=None, length: int = 32, seed: int = 0,

@@ -71,7 +71,7 @@ def _load_run(path: Path, basis: str | None) -> AuditInput:
                          f"run directory, or a file written by torch.save(model.state_dict(), PATH)")
     try:
         run = open_run(path)
-        cat, base = run.load_models()
+        cat, baseline = run.load_models()
     except RunError as err:
         raise AuditError(str(err).strip().splitlines()[0]) from None
     except (OSError, RuntimeError, ValueError, KeyError) as err:   # a damaged run: one line
@@ -85,7 +85,7 @@ def _load_run(path: Path, basis: str | None) -> AuditInput:
              f"(recorded in the run)"]
     if basis is not None and basis != cat.config.basis:
         notes.append(f"--basis {basis} ignored: the run records basis {cat.config.basis}")
-    return AuditInput(cat, base, "run", notes)
+    return AuditInput(cat, baseline, "run", notes)
 
 
 def _read_torch_file(path: Path):
