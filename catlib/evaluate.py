@@ -16,7 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .eval_config import DEFAULTS, PUBLISHED_LENGTHS
+from .eval_config import DEFAULTS, PUBLISHED_LENGTHS  # noqa: F401 (its earlier home)
 
 TABLE_HEADER = "len | CAT CE | PPL | Bas CE | PPL | dCE"
 
@@ -39,8 +39,9 @@ def windows_per_batch(length: int, batch_tokens: int = DEFAULTS.batch_tokens) ->
     return max(1, min(batch_tokens // length, 256 * batch_tokens // (length * length)))
 
 
-def check_settings(lengths, eval_windows: int = DEFAULTS.eval_windows, batch_tokens: int = DEFAULTS.batch_tokens,
-                   causal: bool = True, leak_length: int = DEFAULTS.leak_length) -> None:
+def check_settings(lengths, eval_windows: int = DEFAULTS.eval_windows,
+                   batch_tokens: int = DEFAULTS.batch_tokens, causal: bool = True,
+                   leak_length: int = DEFAULTS.leak_length) -> None:
     """Raise ValueError naming a bad evaluation setting, before any evaluation starts.
 
     Lengths must be positive integers, and at least 2 for a non-causal (published) CAT,
@@ -101,8 +102,10 @@ class _mode:
 
 
 def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
-                  eval_windows: int = DEFAULTS.eval_windows, dropout_in_eval: bool = DEFAULTS.dropout_in_eval,
-                  batch_tokens: int = DEFAULTS.batch_tokens, device: str | torch.device | None = None,
+                  eval_windows: int = DEFAULTS.eval_windows,
+                  dropout_in_eval: bool = DEFAULTS.dropout_in_eval,
+                  batch_tokens: int = DEFAULTS.batch_tokens,
+                  device: str | torch.device | None = None,
                   seed: int | None = None) -> dict:
     """Published-protocol CE of ``model`` (forward(tokens [B, L]) -> (logits [B, L, V], _)).
 
@@ -137,7 +140,8 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
     return {"len": length, "ce": ce, "ppl": math.exp(ce), "windows": n, "tokens": n * length}
 
 
-def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int, eval_windows: int = DEFAULTS.eval_windows,
+def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int,
+              eval_windows: int = DEFAULTS.eval_windows,
               vocab_size: int | None = None, alpha: float = 1.0) -> float | None:
     """CE of a character-bigram count model (add-``alpha`` smoothing, fitted on ``train``)
     on the same windows as :func:`cross_entropy`; a floor row for every results table.
@@ -154,9 +158,11 @@ def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int, eval_windows:
     return -logp[x.reshape(-1), y.reshape(-1)].mean().item()
 
 
-def context_table(cat: torch.nn.Module | None, base: torch.nn.Module | None, val: torch.Tensor,
-                  lengths=PUBLISHED_LENGTHS, eval_windows: int = DEFAULTS.eval_windows,
-                  dropout_in_eval: bool = DEFAULTS.dropout_in_eval, batch_tokens: int = DEFAULTS.batch_tokens,
+def context_table(cat: torch.nn.Module | None, baseline: torch.nn.Module | None,
+                  val: torch.Tensor, lengths=DEFAULTS.lengths,
+                  eval_windows: int = DEFAULTS.eval_windows,
+                  dropout_in_eval: bool = DEFAULTS.dropout_in_eval,
+                  batch_tokens: int = DEFAULTS.batch_tokens,
                   train: torch.Tensor | None = None, device=None,
                   seed: int | None = None) -> list[dict]:
     """The published results table as a list of rows, one per context length.
@@ -175,7 +181,7 @@ def context_table(cat: torch.nn.Module | None, base: torch.nn.Module | None, val
             rows.append({"len": L, "skipped": _skip_reason(len(val), L)})
             continue
         row = {"len": L}
-        for key, model in (("cat", cat), ("base", base)):
+        for key, model in (("cat", cat), ("base", baseline)):   # "base": the rows' key
             r = cross_entropy(model, val, L, **kw) if model is not None else {}
             ce = r.get("ce")
             if ce is not None and not math.isfinite(ce):
@@ -218,7 +224,8 @@ def _cell(value, spec: str, nonfinite: bool = False) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def leak_score(model: torch.nn.Module, vocab_size: int, length: int = DEFAULTS.leak_length, n_positions: int = 4,
+def leak_score(model: torch.nn.Module, vocab_size: int, length: int = DEFAULTS.leak_length,
+               n_positions: int = 4,
                seed: int = 0, device=None) -> float:
     """How much a model reads the future: the mean |change| of the logits at positions <= i
     when every token after i is replaced, averaged over ``n_positions`` random i.

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..data import Corpus, load_corpus
-from ..eval_config import DEFAULTS, PUBLISHED_LENGTHS
+from ..eval_config import DEFAULTS
 from ..evaluate import check_settings, context_table, leak_score
 from ..provenance import code_fingerprint
 from .errors import RunError
@@ -36,7 +36,8 @@ def _check_code(run: Run, allow_other_code: bool) -> None:
                        "--allow-other-code to evaluate it as it is")
 
 
-def eval_settings(lengths, eval_windows: int, dropout_in_eval: bool, leak_length: int = DEFAULTS.leak_length,
+def eval_settings(lengths, eval_windows: int, dropout_in_eval: bool,
+                  leak_length: int = DEFAULTS.leak_length,
                   dropout_seed: int = 0) -> dict:
     """The evaluation settings recorded in eval.json (a stored evaluation is reused only
     for the same settings)."""
@@ -45,8 +46,9 @@ def eval_settings(lengths, eval_windows: int, dropout_in_eval: bool, leak_length
             "dropout_seed": dropout_seed if dropout_in_eval else None}
 
 
-def evaluate_run(run: Run, lengths=PUBLISHED_LENGTHS, eval_windows: int = DEFAULTS.eval_windows,
-                 dropout_in_eval: bool = False, batch_tokens: int = DEFAULTS.batch_tokens, device="cpu",
+def evaluate_run(run: Run, lengths=DEFAULTS.lengths, eval_windows: int = DEFAULTS.eval_windows,
+                 dropout_in_eval: bool = DEFAULTS.dropout_in_eval,
+                 batch_tokens: int = DEFAULTS.batch_tokens, device="cpu",
                  corpus: Corpus | None = None, leak_length: int = DEFAULTS.leak_length, data=None,
                  allow_other_code: bool = False, dropout_seed: int = 0) -> dict:
     """Evaluate a run's models and write ``eval.json`` and ``eval.csv``; return the result.
