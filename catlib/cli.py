@@ -29,7 +29,7 @@ from . import distributed
 from .audit import AuditError, audit_model, audit_to_json, format_audit, load_for_audit
 from .nn.config import (BASELINE_POSITIONS, BASES, KERNELS, PENALTIES, PRIOR_KERNELS,
                         SOLVER_NAMES, VARIANTS, CATConfig)
-from .data import CORPUS_CHARS, SPLITS, DataError, load_corpus, split_point
+from .data import CORPUS_CHARS, SPLITS, DataError, split_point
 from .eval_config import EvalConfig
 from .evaluate import check_settings, format_table
 from .devices import DEVICES, DeviceError, resolve_device
@@ -356,7 +356,8 @@ def _add_sample_parser(sub) -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="python -m catlib", formatter_class=argparse.RawDescriptionHelpFormatter,
                   description="Train and evaluate the Continuous Attention Transformer beside its "
-                              "baseline, as published or corrected, and audit its defects.")
+                              "baseline, as published or corrected, audit its defects, and "
+                              "print text its models write.")
     sub = top.add_subparsers(dest="command", metavar="{train,eval,audit,sample}", parser_class=_Parser)
     t = _add_train_parser(sub)
     e = sub.add_parser("eval", help="evaluate a run directory at several context lengths",
@@ -434,9 +435,8 @@ def cmd_eval(args) -> int:
 def cmd_sample(args) -> int:
     if args.temperature < 0:
         raise RunError(f"--temperature must be >= 0, got {args.temperature}")
-    vocab = load_corpus(args.data, split=open_run(args.run_dir).train_config.split).vocab
     print(sample_run(args.run_dir, args.chars, args.prompt, args.model, args.temperature,
-                     args.seed, resolve_device(args.device), vocab=vocab))
+                     args.seed, resolve_device(args.device), data=args.data))
     return 0
 
 

@@ -47,12 +47,14 @@ def generate(model: torch.nn.Module, prompt: torch.Tensor, n_new: int,
 
 
 def sample_run(run: Run | str, n_chars: int = 600, prompt: str | None = None, model: str = "cat",
-               temperature: float = 1.0, seed: int = 0, device="cpu",
+               temperature: float = 1.0, seed: int = 0, device="cpu", data=None,
                vocab: Vocab | None = None) -> str:
     """``n_chars`` characters that ``model`` ("cat" or "base") of a finished run writes
     after ``prompt`` (the prompt not included; None: the first :data:`PROMPT_CHARS`
     characters of the run's validation split). RunError, one line, for a run that is not
-    finished or did not train ``model``, or a prompt outside the corpus's characters."""
+    finished or did not train ``model``, or a prompt outside the corpus's characters.
+    ``data``: the corpus path (:func:`catlib.data.load_corpus`), read for its vocabulary
+    (unless ``vocab`` is given) and the default prompt."""
     run = open_run(run) if not isinstance(run, Run) else run
     if model not in MODEL_NAMES:
         raise RunError(f"model must be one of {list(MODEL_NAMES)}, got {model!r}")
@@ -65,7 +67,7 @@ def sample_run(run: Run | str, n_chars: int = 600, prompt: str | None = None, mo
                        f"{' and '.join(run.train_config.models)}); choose --model "
                        f"{run.train_config.models[0]}")
     if vocab is None or prompt is None:
-        corpus = load_corpus(split=run.train_config.split)
+        corpus = load_corpus(data, split=run.train_config.split)
         vocab = vocab or corpus.vocab
         prompt = corpus.vocab.decode(corpus.val[:PROMPT_CHARS]) if prompt is None else prompt
     try:
