@@ -9,34 +9,27 @@ space); 130: interrupted (Ctrl-C).
 
 The flags of ``train`` are generated from every field of
 :class:`~catlib.nn.config.CATConfig`, :class:`~catlib.train.TrainConfig` and
-:class:`~catlib.eval_config.EvalConfig` (:data:`TRAIN_FLAGS`; ``eval`` takes EvalConfig's):
-a flag is ``--<field>``, its default the field's default; :data:`LEFT_OUT` names the
-fields without a flag and why.
+:class:`~catlib.eval_config.EvalConfig` (``eval`` takes EvalConfig's), in
+:mod:`catlib.cli_flags`: a flag is ``--<field>``, its default the field's default;
+``LEFT_OUT`` there names the fields without a flag and why.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import re
 import sys
-import types
-import typing
-from dataclasses import dataclass
-
-import torch
 
 from . import distributed
 from .audit import AuditError, audit_model, audit_to_json, format_audit, load_for_audit
-from .nn.config import (BASELINE_POSITIONS, BASES, KERNELS, PENALTIES, PRIOR_KERNELS,
-                        SOLVER_NAMES, VARIANTS, CATConfig)
-from .data import CORPUS_CHARS, SPLITS, DataError, split_point
-from .eval_config import EvalConfig
+from .cli_flags import (CATLIB_FIELDS, EVAL_CONFIGS, EVAL_FLAGS, FLAG_OF, LEFT_OUT,  # noqa: F401
+                        PUBLISHED_FIELDS, TRAIN_FLAGS, Flag, _add_flag, _positive,
+                        configs_from_args, evaluation_from_args, resolve_solver)
+from .nn.config import BASES
+from .data import CORPUS_CHARS, DataError, split_point
 from .evaluate import check_settings, format_table
 from .devices import DEVICES, DeviceError, resolve_device
 from .runs import (RunError, RunInterrupted, StorageError, TrainingFailed, evaluate_run,
                    open_run, train_run)
 from .sample import MODEL_NAMES, PROMPT_CHARS, sample_run
-from .train import MODELS, TrainConfig
 
 CPU_HINT = """\
 cost: with no flags this is the published run: dopri5 at rtol 1e-7 / atol 1e-9 with dropout
@@ -66,216 +59,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
-
-
-def _budget(text: str) -> float:
-    """Seconds from '90', '90s', '15m' or '1.5h'."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", text)
-    if not m or float(m.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"invalid budget {text!r}: give seconds (90), or 15m, 1.5h")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
-
-
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-    parse.__name__ = kind.__name__
-    return parse
-
-
-# ------------------------------------------------------------------ train's generated flags
-
-# A flag for every field of CATConfig, TrainConfig and EvalConfig: --<field>, its type and
-# default the field's, its help below (EvalConfig's from its field metadata). The fields
-# of the published script's command line come first, in its order.
-PUBLISHED_FIELDS = {
-    "blocks": "ODE blocks K",
-    "d_model": "model width D",
-    "n_heads": "heads h, dividing D",
-    "n_freq": "basis functions per axis",
-    "basis": "spectral basis",
-    "sob_lambda": "Sobolev weight",
-    "train_steps": "training steps",
-    "lr": "AdamW learning rate",
-    "batch": "batch size",
-    "seq": "training sequence length",
-}
-_FOLLOWS = "default: follows --variant"
-CATLIB_FIELDS = {
-    # CATConfig
-    "variant": "published (every defect kept) or causal (corrected)",
-    "quad_nodes": "Gauss-Legendre nodes Q of the attention integral",
-    "dropout": "dropout rate of CAT and the baseline",
-    "solver": "depth integrator",
-    "solver_steps": "steps of the fixed-step solvers rk4-classic and euler",
-    "rtol": "dopri5 relative tolerance",
-    "atol": "dopri5 absolute tolerance",
-    "adjoint": "backpropagate dopri5 through the adjoint ODE",
-    "adjoint_seminorm": "the adjoint's step control ignores the parameters' error (seminorm)",
-    "max_steps": "cap on dopri5's steps per solve (default: no cap)",
-    "causal": f"defect 1 corrected: attention integrates over [0, s] only ({_FOLLOWS})",
-    "normalised_integral": f"defect 4 corrected: kernel normalised on the integration "
-                           f"interval ({_FOLLOWS})",
-    "dropout_in_dynamics": f"defect 6 kept: dropout inside the ODE right-hand side ({_FOLLOWS})",
-    "penalty": f"Sobolev penalty formula, defect 9: published or exact ({_FOLLOWS})",
-    "half_range_cosine": f"defect 5 corrected: cos(pi k t) basis ({_FOLLOWS})",
-    "penalty_once": f"defect 3 corrected: Sobolev weight applied once ({_FOLLOWS})",
-    "positional_encoding": f"defect 2 corrected: positions for the baseline ({_FOLLOWS})",
-    "logit_dropout": f"dropout on the baseline's logits ({_FOLLOWS})",
-    "baseline_positions": "how the baseline sees positions (rope, alibi: --variant causal)",
-    "baseline_loops": "RoPE/ALiBi baseline: each layer applied this many times",
-    "kernel": "CAT's kernel (all but absolute: --variant causal)",
-    "kernel_scale": "c, in tokens: distances enter as log(1 + d / c)",
-    "kernel_horizon": "D, in tokens: the distance map reaches 1 at d = D",
-    "kernel_residual": "prior kernels: learn the spectral residual (--no-kernel_residual: the "
-                       "prior alone)",
-    "train_length": "T_train of the prior kernels, below which the residual lives "
-                    "(default: --seq)",
-    # TrainConfig
-    "seed": "seed of torch, numpy, python and the sampler",
-    "split": "corpus split: published (50000 training characters) or 90/10",
-    "models": "the models to train: cat, base or both",
-    "budget": "wall-clock limit of training: 90, 90s, 15m, 1.5h; stops at a step boundary",
-    "val_every": "validate every N steps on a few windows of length --seq (0: never)",
-    "val_windows": "windows of length --seq per validation",
-    "checkpoint_every": "steps between checkpoints",
-    "log_every": "steps between the published progress lines",
-}
-# Fields without a flag, on purpose, and why.
-LEFT_OUT = {
-    "vocab_size": "set by the corpus: it must equal the vocabulary of tiny.txt",
-    "curve_windows": "train and eval score no per-position curve (the book's experiment does)",
-}
-CHOICES = {"basis": BASES, "variant": VARIANTS, "solver": SOLVER_NAMES, "split": SPLITS,
-           "models": MODELS, "penalty": PENALTIES, "baseline_positions": BASELINE_POSITIONS,
-           "kernel": KERNELS}
-ALIASES = {"val_every": ("--val-every",), "checkpoint_every": ("--checkpoint-every",),
-           "batch_tokens": ("--batch-tokens",), "dropout_in_eval": ("--dropout-in-eval",)}
-PARSERS = {"budget": _budget}          # argparse types that the field's type does not give
-# Defaults the command line decides, and how its help says them: the solver is resolved
-# with the device (resolve_solver), the prior kernels' train_length follows --seq.
-CLI_DEFAULTS = {"solver": (None, "the published choice, dopri5; rk4-classic on mps")}
-DEFAULT_WORDS = {"budget": "no limit"}
-METAVARS = {int: "N", float: "X"} | {"budget": "TIME", "lengths": "T"}
-# EvalConfig's flags, shared by train and eval.
-EVAL_CONFIGS = (EvalConfig,)
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One generated flag: the config class and field it sets, and its argparse
-    spelling, type and default."""
-
-    config: type
-    field: str
-    help: str
-    group: str
-    flags: tuple
-    default: object
-    kind: object
-    optional: bool = False   # the field accepts None (``| None``)
-
-
-def _plain_type(config: type, name: str) -> tuple[object, bool]:
-    """The field's type without ``| None``, and whether it had ``| None``."""
-    kind = typing.get_type_hints(config)[name]
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        args = typing.get_args(kind)
-        return next(a for a in args if a is not type(None)), type(None) in args
-    return kind, False
-
-
-def _field_help(f: dataclasses.Field) -> str:
-    return f.metadata.get("help") or PUBLISHED_FIELDS.get(f.name) or CATLIB_FIELDS[f.name]
-
-
-def _generate_flags(configs=(CATConfig, TrainConfig, EvalConfig)) -> tuple[Flag, ...]:
-    made = []
-    for cls in configs:
-        for f in dataclasses.fields(cls):
-            if f.name in LEFT_OUT:
-                continue
-            default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
-            kind, optional = _plain_type(cls, f.name)
-            group = "published" if f.name in PUBLISHED_FIELDS else \
-                "evaluation" if cls in EVAL_CONFIGS else "catlib"
-            made.append(Flag(cls, f.name, _field_help(f), group,
-                             (f"--{f.name}", *ALIASES.get(f.name, ())), default, kind, optional))
-    order = list(PUBLISHED_FIELDS)
-    return tuple(sorted(made, key=lambda f: order.index(f.field) if f.field in order
-                        else len(order)))
-
-
-TRAIN_FLAGS = _generate_flags()
-EVAL_FLAGS = tuple(f for f in TRAIN_FLAGS if f.config in EVAL_CONFIGS)
-# Field -> its flag, for the messages of CATConfig, TrainConfig and check_settings, which
-# name the field.
-FLAG_OF = {f.field: f.flags[0] for f in TRAIN_FLAGS}
-
-
-def _shown(value) -> str:
-    """A default as the help prints it: 5e-7, 0.1, on/off, 'cat base'."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, float):
-        mantissa, exponent = f"{value:e}".split("e")
-        short = f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-        return min((f"{value:g}", short), key=len) if float(short) == value else f"{value:g}"
-    if isinstance(value, (tuple, list)):
-        return " ".join(map(str, value))
-    return str(value)
-
-
-def _add_flag(group, flag: Flag) -> None:
-    default, words = CLI_DEFAULTS.get(flag.field, (flag.default, None))
-    words = words or DEFAULT_WORDS.get(flag.field) or _shown(default)
-    text = flag.help if "(default:" in flag.help else f"{flag.help} (default: {words})"
-    kw = dict(dest=flag.field, default=default, help=text)
-    if flag.kind is bool:
-        kw["action"] = argparse.BooleanOptionalAction
-    elif flag.kind is tuple:
-        kw.update(nargs="+", default=list(default))
-        if flag.config in EVAL_CONFIGS:
-            kw.update(type=_positive(int), metavar=METAVARS.get(flag.field))
-    elif flag.kind is not str:
-        kind = _positive(flag.kind) if flag.config in EVAL_CONFIGS else flag.kind
-        kw.update(type=PARSERS.get(flag.field, kind),
-                  metavar=METAVARS.get(flag.field, METAVARS.get(flag.kind)))
-    if flag.field in CHOICES:
-        kw["choices"] = CHOICES[flag.field]
-    group.add_argument(*flag.flags, **kw)
-
-
-def resolve_solver(model: dict, device: torch.device) -> dict:
-    """``model`` (CATConfig fields) with ``solver`` None resolved for ``device``: the
-    published MPS path, rk4-classic, on MPS; else CATConfig's default, dopri5."""
-    if model.get("solver") is None:
-        model = {**model, "solver": "rk4-classic" if device.type == "mps" else CATConfig.solver}
-    return model
-
-
-def evaluation_from_args(args) -> EvalConfig:
-    """The EvalConfig of parsed ``train`` or ``eval`` arguments."""
-    return EvalConfig(**{f.field: getattr(args, f.field) for f in EVAL_FLAGS})
-
-
-def configs_from_args(args, device) -> tuple[CATConfig, TrainConfig, EvalConfig]:
-    """The CATConfig, TrainConfig and EvalConfig of parsed ``train`` arguments (raises
-    ValueError). A prior kernel's ``train_length`` follows ``--seq`` unless given."""
-    values = {cls: {f.field: getattr(args, f.field) for f in TRAIN_FLAGS if f.config is cls}
-              for cls in (CATConfig, TrainConfig)}
-    model = resolve_solver(values[CATConfig], device)
-    train = values[TrainConfig]
-    train["models"] = tuple(train["models"])
-    if model["kernel"] in PRIOR_KERNELS and model["train_length"] is None:
-        model["train_length"] = train["seq"]
-    return CATConfig(**model), TrainConfig(**train), evaluation_from_args(args)
 
 
 # ------------------------------------------------------------------ the parser
