@@ -240,3 +240,25 @@ def test_config_errors_name_the_flag():
     assert _flagify("d_model (30) must be divisible by n_heads (4)") == \
         "--d_model (30) must be divisible by n_heads (4)"
     assert _flagify("vocab_size must be an integer >= 1, got 0").startswith("vocab_size ")
+
+
+@pytest.mark.parametrize("row", [["--kernel", "kerple-prior", "--models", "cat"],
+                                 ["--baseline_positions", "alibi", "--models", "base"]])
+def test_the_books_kernel_and_baseline_train_from_the_command_line(row, tiny_path, tmp_path,
+                                                                    monkeypatch, capsys):
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    tiny = ["train", "--variant", "causal", "--split", "90/10", "--d_model", "16", "--n_heads",
+            "2", "--n_freq", "4", "--solver", "rk4-classic", "--solver_steps", "1",
+            "--train_steps", "2", "--batch", "2", "--seq", "16", "--lengths", "16", "32",
+            "--eval_windows", "2", "--device", "cpu", "--no-progress", "--run-dir",
+            str(tmp_path), "--name", "r"]
+    assert main(tiny + row) == 0
+    out = capsys.readouterr().out
+    assert "leak score" in out and out.count("\n32 | ") == 1
+    from catlib.runs import open_run
+    run = open_run(tmp_path / "r")
+    assert run.status["status"] == "finished" and run.train_config.models == (row[-1],)
+    if row[0] == "--kernel":
+        assert (run.model_config.kernel, run.model_config.train_length) == ("kerple-prior", 16)
+    else:
+        assert run.model_config.baseline_positions == "alibi"
