@@ -43,7 +43,7 @@ def _fresh_copy(model):
     """Same weights and buffers, empty caches."""
     fresh = copy.deepcopy(model)
     for block in fresh.blocks:
-        block.attn._bases.clear()
+        block.attn._cache.clear()
     return fresh
 
 
@@ -182,7 +182,7 @@ def test_rounded_buffers_invalidate_geometry():
     attn.plan(9)
     attn.half().float()
     fresh = copy.deepcopy(attn)
-    fresh._bases.clear()
+    fresh._cache.clear()
     assert torch.equal(attn.plan(9).mixing, fresh.plan(9).mixing)
 
 
@@ -237,7 +237,7 @@ def test_device_change_after_forward(variant):
     (logits.sum() + pen).backward()
 
 
-# ---- the length-invariant kernels (catlib.nn.distance_kernels) ---------------------------
+# ---- the length-invariant kernels (catlib.nn.relative, catlib.nn.content) -----------------------
 # RelativeAttention caches its bin geometry per (length, device, dtype); the exact 1-D
 # penalty caches its Gram matrix per (basis, n). The same rules hold for them.
 
