@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -71,8 +72,17 @@ def alibi_slopes(n_heads: int) -> list[float]:
     return power_of_two(m) + power_of_two(2 * m)[0::2][: n_heads - m]
 
 
+@lru_cache(maxsize=None)
+@torch.inference_mode(False)
+def _slopes_on(n_heads: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The slopes ``[h]`` on ``device`` in ``dtype``, made once per (h, device, dtype): no
+    host -> device copy per forward pass. Inference mode off: a tensor made under it could
+    not serve a training pass later."""
+    return torch.tensor(alibi_slopes(n_heads), device=device, dtype=dtype)
+
+
 def alibi_bias(n_heads: int, length: int, device=None, dtype=torch.float32) -> torch.Tensor:
     """ALiBi score bias ``[h, T, T]``: -slope_h * (i - j) for j <= i, -inf for j > i."""
-    slopes = torch.tensor(alibi_slopes(n_heads), device=device, dtype=dtype)
+    slopes = _slopes_on(n_heads, torch.device(device or "cpu"), dtype)
     distance = torch.arange(length, device=device).to(dtype)                     # d = 0..T-1
     return causal_toeplitz(-slopes[:, None] * distance[None, :])
