@@ -48,8 +48,8 @@ class ContentAttention(nn.Module):
 
     score(i, j) = q_i . k_j / sqrt(d) + k(t_ij), t_ij = psi(i - j) / psi(max(i, D)),
     psi(x) = log(1 + x / c); causal softmax (see the module docstring). Arguments as
-    :class:`~catlib.nn.relative.RelativeAttention`; ``quad_nodes`` is unused (every token is read). The
-    query-key part is :class:`catlib.nn.qk_attention.QKAttention` (``qk``) without dropout
+    :class:`~catlib.nn.relative.RelativeAttention` without ``quad_nodes`` (every token is
+    read). The query-key part is :class:`catlib.nn.qk_attention.QKAttention` (``qk``) without dropout
     on its weights: dropout inside the ODE dynamics would make the right-hand side random.
     With all kernel coefficients zero this is plain causal softmax attention.
     """
