@@ -9,8 +9,9 @@ import torch.nn as nn
 import catlib
 from catlib.nn import qk_attention
 from catlib.nn.config import CATConfig
+from catlib.nn.bias import causal_toeplitz
 from catlib.nn.qk_attention import (CausalBias, QKAttention, alibi_bias, alibi_slopes,
-                                 apply_rotary, prepare_bias, rotary_cos_sin)
+                                    apply_rotary, rotary_cos_sin)
 
 SIZES = dict(vocab_size=65, d_model=32, n_heads=4, blocks=2, dropout=0.1)
 QK = ("rope", "alibi")
@@ -112,86 +113,93 @@ def _reference_attention(attn, x, bias):
     return attn.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
 
 
+def _future(t):
+    return torch.ones(t, t, dtype=torch.bool).triu(1)
+
+
+def _causal(bias):
+    """A general bias made causal by the test (-inf above the diagonal), as a CausalBias."""
+    return CausalBias(bias.masked_fill(_future(bias.shape[-1]), -math.inf))
+
+
 @pytest.mark.parametrize("rotary", [False, True])
-@pytest.mark.parametrize("bias_kind", [None, "alibi", "dense"])
+@pytest.mark.parametrize("bias_kind", [None, "alibi", "TT", "hTT", "BhTT"])
 @pytest.mark.parametrize("chunked", [False, True])
 def test_qk_attention_matches_explicit_softmax(rotary, bias_kind, chunked, monkeypatch):
     if chunked:   # 3 queries per chunk (B * h * T = 160 scores a query): 7 chunks
-        monkeypatch.setattr(qk_attention, "BIAS_CHUNK", 3 * 160)
+        monkeypatch.setattr(qk_attention, "SCORE_CHUNK", 3 * 160)
     torch.manual_seed(2)
     attn = QKAttention(16, 4, rotary=rotary).double().eval()
     x = torch.randn(2, 20, 16, dtype=torch.float64)
-    bias = {None: None, "alibi": alibi_bias(4, 20, dtype=torch.float64),
-            # a general [B, h, T, T] bias, finite in the future too: the module masks it
-            "dense": torch.randn(2, 4, 20, 20, dtype=torch.float64)}[bias_kind]
+    dims = {"TT": (20, 20), "hTT": (4, 20, 20), "BhTT": (2, 4, 20, 20)}
+    bias = (None if bias_kind is None else alibi_bias(4, 20, dtype=torch.float64)
+            if bias_kind == "alibi" else torch.randn(*dims[bias_kind], dtype=torch.float64))
+    causal = None if bias is None else _causal(bias)
+    if causal is not None:
+        assert causal.masked.dim() == 4 and causal.length == 20
     with torch.no_grad():   # float64, outputs of order 1: 1e-12 is 5000 ulps
-        assert torch.allclose(attn(x, bias), _reference_attention(attn, x, bias), atol=1e-12)
+        assert torch.allclose(attn(x, causal), _reference_attention(attn, x, bias), atol=1e-12)
 
 
-@pytest.mark.parametrize("grad", [False, True])
-@pytest.mark.parametrize("shape", ["TT", "hTT", "BhTT"])
 @pytest.mark.parametrize("chunked", [False, True])
-def test_prepared_bias_matches_explicit_softmax(grad, shape, chunked, monkeypatch):
-    # A CausalBias (masked once, read as views) gives the explicit softmax, with the fused
-    # kernel (no grad) and with the explicit one (a bias that requires grad), chunked or not.
+def test_gradient_reaches_the_bias_below_the_diagonal_only(chunked, monkeypatch):
+    # A learned bias (e.g. a kernel W(s_i, t_j)) trains through the CausalBias, chunked or not,
+    # with the explicit softmax's gradient.
     if chunked:
-        monkeypatch.setattr(qk_attention, "BIAS_CHUNK", 3 * 160)
+        monkeypatch.setattr(qk_attention, "SCORE_CHUNK", 3 * 160)
     torch.manual_seed(6)
-    attn = QKAttention(16, 4, rotary=True).double().eval()
+    attn = QKAttention(16, 4, rotary=True).double()
     x = torch.randn(2, 20, 16, dtype=torch.float64)
-    dims = {"TT": (20, 20), "hTT": (4, 20, 20), "BhTT": (2, 4, 20, 20)}[shape]
-    bias = torch.randn(*dims, dtype=torch.float64, requires_grad=grad)
-    prepared = prepare_bias(bias)
-    assert prepared.masked.dim() == 4 and prepared.length == 20
-    assert torch.isneginf(prepared.masked[..., torch.ones(20, 20, dtype=torch.bool).triu(1)]).all()
-    with torch.set_grad_enabled(grad):   # float64 throughout, as above
-        got = attn(x, prepared)
-        want = _reference_attention(attn, x, bias)
-        assert torch.allclose(got, want, atol=1e-12)
-        assert torch.allclose(attn(x, prepared), attn(x, bias), atol=1e-12)   # tensor path
-    if grad:   # and the same gradient reaches the original bias, below the diagonal only
-        g_prepared, = torch.autograd.grad(got.square().sum(), bias)
-        g_tensor, = torch.autograd.grad(attn(x, bias).square().sum(), bias)
-        assert torch.allclose(g_prepared, g_tensor, atol=1e-10)
-        assert (g_prepared[..., torch.ones(20, 20, dtype=torch.bool).triu(1)] == 0).all()
+    bias = torch.randn(4, 20, 20, dtype=torch.float64, requires_grad=True)
+    got, = torch.autograd.grad(attn(x, _causal(bias)).square().sum(), bias)
+    want, = torch.autograd.grad(_reference_attention(attn, x, bias).square().sum(), bias)
+    assert torch.allclose(got, want, atol=1e-10)
+    lower = torch.ones(20, 20, dtype=torch.bool).tril(-1)   # row 0 reads one key: no gradient
+    assert (got[:, _future(20)] == 0).all() and (got[:, lower] != 0).all()
 
 
-def test_prepared_bias_is_not_masked_again(monkeypatch):
-    # The per-call cost of a prepared bias is the attention alone: no masked copy per call
-    # (the tensor path masks every chunk), and in place preparation makes no copy at all.
+def test_causal_bias_is_read_as_it_is(monkeypatch):
+    # The per-call cost of a causal bias is the attention alone: no masked copy per call.
     torch.manual_seed(7)
     attn = QKAttention(8, 2).eval()
     x = torch.randn(1, 12, 8)
-    bias = torch.randn(2, 12, 12)
-    expected = attn(x, bias).detach()
-    prepared = prepare_bias(bias.clone(), inplace=True)
-    monkeypatch.setattr(QKAttention, "_biased", None)            # would raise if called
-    monkeypatch.setattr(torch.Tensor, "masked_fill", None)
+    causal = _causal(torch.randn(2, 12, 12))
+    expected = _reference_attention(attn, x, causal.masked[0]).detach()
+    monkeypatch.setattr(torch.Tensor, "masked_fill", None)       # would raise if called
+    monkeypatch.setattr(torch.Tensor, "masked_fill_", None)
     with torch.no_grad():   # float32 outputs below 1, other kernels: 1e-6 is 16 ulps
-        assert torch.allclose(attn(x, prepared), expected, atol=1e-6)
-    monkeypatch.undo()
-    storage = bias.clone()
-    assert prepare_bias(storage, inplace=True).masked.data_ptr() == storage.data_ptr()
+        assert torch.allclose(attn(x, causal), expected, atol=1e-6)
 
 
-def test_prepared_bias_errors():
+def test_bias_errors():
     with pytest.raises(ValueError, match="causal bias is"):
         CausalBias(torch.zeros(2, 3, 4))
-    with pytest.raises(ValueError, match="must end in"):
-        prepare_bias(torch.zeros(5))
     attn = QKAttention(8, 2)
     with pytest.raises(ValueError, match="for T = 7"):
-        attn(torch.randn(1, 6, 8), prepare_bias(torch.zeros(2, 7, 7)))
+        attn(torch.randn(1, 6, 8), _causal(torch.zeros(2, 7, 7)))
+    with pytest.raises(TypeError, match="CausalBias"):   # a raw tensor is not masked for you
+        attn(torch.randn(1, 6, 8), torch.zeros(2, 6, 6))
 
 
-def test_qk_attention_bias_hook_can_force_the_weights():
+def test_qk_attention_bias_can_force_the_weights():
     # A [T, T] bias of -inf off the diagonal: each token reads only itself.
     torch.manual_seed(3)
     attn = QKAttention(8, 2).eval()
     x = torch.randn(1, 10, 8)
-    own = torch.full((10, 10), -math.inf).fill_diagonal_(0.0)
+    own = CausalBias(torch.full((10, 10), -math.inf).fill_diagonal_(0.0))
     with torch.no_grad():   # float32 outputs below 1 (measured: equal): 1e-6 is 16 ulps
         assert torch.allclose(attn(x, own), attn.out_proj(attn.v_proj(x)), atol=1e-6)
+
+
+def test_toeplitz_and_alibi_biases():
+    values = torch.randn(3, 9)
+    bias = causal_toeplitz(values)
+    i, j = torch.meshgrid(torch.arange(9), torch.arange(9), indexing="ij")
+    assert torch.equal(bias[:, i >= j], values[:, (i - j)[i >= j]])
+    assert torch.isneginf(bias[:, i < j]).all()
+    slopes = torch.tensor(alibi_slopes(3))
+    want = (-slopes[:, None, None] * (i - j).float()).masked_fill(i < j, -math.inf)
+    assert torch.equal(alibi_bias(3, 9), want)
 
 
 # ------------------------------------------------------------------ the models
@@ -240,26 +248,14 @@ def test_runs_at_5000(positions):
     assert logits.shape == (1, 5000, 65) and torch.isfinite(logits).all()
 
 
-def test_gradient_reaches_the_bias_below_the_diagonal_only(monkeypatch):
-    # A learned bias (e.g. a kernel W(s_i, t_j)) trains through the hook, chunked or not.
-    monkeypatch.setattr(qk_attention, "BIAS_CHUNK", 2 * 12)
-    torch.manual_seed(5)
-    attn = QKAttention(8, 2)
-    bias = torch.zeros(2, 12, 12, requires_grad=True)
-    attn(torch.randn(1, 12, 8), bias).square().sum().backward()
-    lower = torch.ones(12, 12, dtype=torch.bool).tril(-1)
-    assert (bias.grad[:, lower] != 0).all()
-    assert (bias.grad[:, torch.ones(12, 12, dtype=torch.bool).triu(1)] == 0).all()
-
-
-def test_sinusoidal_evaluation_skips_the_fast_path_and_restores_it():
+def test_sinusoidal_evaluation_skips_the_fast_path_without_switching_it(monkeypatch):
     # Catches an evaluation that changes the numbers when it takes the fused causal kernel
-    # instead of nn.TransformerEncoder's fast path, or that leaves the global switch off.
+    # instead of nn.TransformerEncoder's fast path, or that switches the process's flag.
     base = _baseline("sinusoidal", dropout=0.0).eval()
     x = torch.randint(65, (2, 48), generator=torch.Generator().manual_seed(3))
+    monkeypatch.setattr(torch.backends.mha, "set_fastpath_enabled", None)   # would raise
     with torch.inference_mode():
         fused = base(x)[0]
-        assert torch.backends.mha.get_fastpath_enabled()
         base.config = dataclasses.replace(base.config, causal=False)   # the fast path, masked by hand
         mask = nn.Transformer.generate_square_subsequent_mask(48)
         h = base.enc(base.embed(x) + catlib.nn.baselines.sinusoidal_positions(48, 32), mask=mask)
@@ -268,12 +264,31 @@ def test_sinusoidal_evaluation_skips_the_fast_path_and_restores_it():
     assert torch.allclose(fused, reference, atol=1e-5), (fused - reference).abs().max()
 
 
-def test_alibi_prepared_once_matches_the_masked_bias(monkeypatch):
-    # Catches the prepared ALiBi bias differing from masking the bias on every call.
-    base = _baseline("alibi", dropout=0.0).eval()
-    x = torch.randint(65, (2, 40), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        prepared = base(x)[0]
-        monkeypatch.setattr(catlib.nn.baselines, "CausalBias", lambda bias: bias)   # plain tensor
-        masked_per_call = base(x)[0]
-    assert torch.allclose(prepared, masked_per_call, atol=1e-5)   # as above (measured: 2.5 ulps)
+@pytest.mark.parametrize("variant", ["published", "causal"])
+@pytest.mark.parametrize("train", [False, True])
+def test_explicit_encoder_is_the_library_path_off_the_fast_path(variant, train):
+    # The layers written out give, bit for bit, what nn.TransformerEncoder gives with the
+    # fast path switched off (the switch the baseline used to flip for the process).
+    torch.manual_seed(0)
+    base = catlib.Baseline(CATConfig(**SIZES, variant=variant)).train(train)
+    x = torch.randint(65, (2, 24), generator=torch.Generator().manual_seed(4))
+    causal = base.config.causal
+
+    def run(explicit):
+        torch.manual_seed(1)
+        with torch.no_grad():
+            if explicit:
+                with catlib.nn.baselines.explicit_encoder():
+                    return base(x)[0]
+            h = base.embed(x)
+            if base.config.positional_encoding:
+                h = h + catlib.nn.baselines.sinusoidal_positions(24, 32)
+            mask = nn.Transformer.generate_square_subsequent_mask(24) if causal else None
+            previous = torch.backends.mha.get_fastpath_enabled()
+            torch.backends.mha.set_fastpath_enabled(False)
+            try:
+                return base.drop(base.proj(base.enc(h, mask=mask, is_causal=causal)))
+            finally:
+                torch.backends.mha.set_fastpath_enabled(previous)
+
+    assert torch.equal(run(True), run(False))

@@ -43,7 +43,7 @@ def _fresh_copy(model):
     """Same weights and buffers, empty caches."""
     fresh = copy.deepcopy(model)
     for block in fresh.blocks:
-        block.attn._bases.clear()
+        block.attn._cache.clear()
     return fresh
 
 
@@ -182,7 +182,7 @@ def test_rounded_buffers_invalidate_geometry():
     attn.plan(9)
     attn.half().float()
     fresh = copy.deepcopy(attn)
-    fresh._bases.clear()
+    fresh._cache.clear()
     assert torch.equal(attn.plan(9).mixing, fresh.plan(9).mixing)
 
 
@@ -237,7 +237,7 @@ def test_device_change_after_forward(variant):
     (logits.sum() + pen).backward()
 
 
-# ---- the length-invariant kernels (catlib.nn.distance_kernels) ---------------------------
+# ---- the length-invariant kernels (catlib.nn.relative, catlib.nn.content) -----------------------
 # RelativeAttention caches its bin geometry per (length, device, dtype); the exact 1-D
 # penalty caches its Gram matrix per (basis, n). The same rules hold for them.
 
@@ -348,3 +348,25 @@ def test_extrapolating_device_change_after_forward(kernel):
     assert torch.equal(back, cpu)
     logits, pen = cat.to("cuda").train()(tokens.cuda())
     (logits.sum() + pen).backward()
+
+
+# ---- Gram matrices as buffers --------------------------------------------------------
+
+def test_gram_buffers_follow_the_model_and_stay_out_of_the_state_dict():
+    # The exact penalty's Gram matrices live on the model's device in its dtype (no host ->
+    # device move per step), are recast from the float64 master on every move or cast (the
+    # values a per-call cast gives), and are not part of state_dicts (checkpoints unchanged).
+    from catlib.nn.kernel import GramTables, basis_gram
+    cat = _cat("causal")
+    tables = [m for m in cat.modules() if isinstance(m, GramTables)]
+    assert tables and not any("gram_" in key for key in cat.state_dict())
+    for dtype in (torch.float64, torch.float32, torch.float64):
+        cat.to(dtype)
+        for t in tables:
+            for a, b in t.orders:
+                held = getattr(t, f"gram_{a}_{b}")
+                assert torch.equal(held, basis_gram(t.basis_name, t.n, a, b).to(dtype))
+    cat.float()
+    with torch.inference_mode():   # a move under inference mode (the grams recast in it)
+        cat.to("cpu")
+    cat(_tokens())[1].backward()   # still serves training: the penalty saves the grams

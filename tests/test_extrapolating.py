@@ -1,4 +1,4 @@
-"""Length-invariant continuous kernels (catlib.nn.distance_kernels): the relative and
+"""Length-invariant continuous kernels (catlib.nn.relative, catlib.nn.content): the relative and
 content-aware CAT attentions.
 
 What each group catches:
@@ -22,7 +22,9 @@ import torch.nn.functional as F
 import catlib
 from catlib.nn.attention import ContinuousAttention
 from catlib.nn.bases import basis
-from catlib.nn.distance_kernels import ContentAttention, RelativeAttention, graded_bins
+from catlib.nn.content import ContentAttention
+from catlib.nn.distance_map import graded_bins
+from catlib.nn.relative import RelativeAttention
 from catlib.nn.kernel import SpectralKernel1D
 from catlib.nn.model import make_attention
 from catlib.nn.quadrature import gauss_legendre
@@ -364,12 +366,11 @@ def test_content_with_zero_kernel_is_causal_softmax_attention():
 @pytest.mark.parametrize("grad", [False, True])
 def test_content_reads_its_bias_as_prepared(grad, monkeypatch):
     # The plan's bias is causal as built (-inf above the diagonal, beyond D too) and every
-    # call reads it as it is: no per-call masked copy (QKAttention._biased is never called),
+    # call reads it as it is: no per-call masked copy (no masked_fill in the call),
     # in chunks, equal to the explicit softmax with the fused kernel (no grad) and the
     # explicit one (grad), and the gradient reaches the coefficients through plan.bias.
     from catlib.nn import qk_attention
-    monkeypatch.setattr(qk_attention, "BIAS_CHUNK", 3 * 2 * 70)   # 3 queries a chunk
-    monkeypatch.setattr(qk_attention.QKAttention, "_biased", None)
+    monkeypatch.setattr(qk_attention, "SCORE_CHUNK", 3 * 2 * 70)   # 3 queries a chunk
     torch.manual_seed(0)
     attn = ContentAttention(16, 2, 6, kernel_horizon=30.0).double()
     with torch.no_grad():
@@ -386,7 +387,10 @@ def test_content_reads_its_bias_as_prepared(grad, monkeypatch):
         q, k, v = heads(qk.q_proj(x)), heads(qk.k_proj(x)), heads(qk.v_proj(x))
         scores = (q @ k.transpose(-1, -2) / math.sqrt(8) + plan.bias).softmax(-1)
         direct = qk.out_proj((scores @ v).transpose(1, 2).reshape(1, 70, 16))
-        out = attn(x, plan)
+        with monkeypatch.context() as patched:
+            patched.setattr(torch.Tensor, "masked_fill", None)          # would raise if called
+            patched.setattr(torch.Tensor, "masked_fill_", None)
+            out = attn(x, plan)
         assert float((out - direct).detach().abs().max()) < 1e-12
     if grad:
         g_plan, g_coeffs = torch.autograd.grad(out.square().sum(),

@@ -125,6 +125,25 @@ def test_fixed_step_nfe_exact(solver, steps, expected):
     assert counter.nfe_backward == 0 and func.calls == expected
 
 
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_reused_counter_reports_each_solve_alone(adjoint):
+    """integrate resets every count of a counter passed in: two RK4 x1 solves report 4 each."""
+    from catlib.nn.solvers import CountedDynamics
+    counter = CountedDynamics(Growth())
+    reports = []
+    for _ in range(2):
+        y0 = torch.ones(2, dtype=torch.float64, requires_grad=True)
+        y1, same = integrate(counter, y0, solver="rk4-classic", steps=1, adjoint=adjoint)
+        assert same is counter
+        y1.sum().backward()
+        reports.append((counter.nfe_forward, counter.nfe_backward, counter.steps_forward,
+                        counter.steps_backward))
+    assert reports[0] == reports[1] == (4, 0, 0, 0)
+    counter.nfe_backward, counter.steps_backward = 5, 3   # as an adjoint's backward leaves them
+    integrate(counter, torch.ones(2, dtype=torch.float64), solver="euler", steps=2, adjoint=False)
+    assert (counter.nfe_forward, counter.nfe_backward, counter.steps_backward) == (2, 0, 0)
+
+
 def test_unknown_solver():
     with pytest.raises(ValueError, match="solver"):
         integrate(Growth(), torch.ones(1), solver="rk45")

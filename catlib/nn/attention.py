@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .bases import basis
+from .bases import basis, kernel_basis_name
 from .kernel import Kernel2D, kernel_logits, sobolev_penalty
+from .plan import GeometryCache, Plan, cache_key, plan_target
 from .quadrature import gauss_legendre, interpolation_matrix, neighbours
 
 # Up to this length the causal operator is one dense [h, T, T] matmul: quadratic in T
@@ -36,8 +37,24 @@ DENSE_CAUSAL_MAX = 6144
 GATHER_CHUNK = 1 << 24
 
 
+def _buffer_record(buffer: torch.Tensor) -> tuple:
+    """What :func:`_same_buffer` compares: the tensor and its version, or (an inference
+    tensor, which has no version counter) a copy of its values."""
+    if buffer.is_inference():
+        return buffer, None, buffer.detach().clone()
+    return buffer, buffer._version, None
+
+
+def _same_buffer(record: tuple, buffer: torch.Tensor) -> bool:
+    held, version, values = record
+    if values is not None:
+        return (buffer.device == values.device and buffer.dtype == values.dtype
+                and torch.equal(buffer, values))
+    return buffer is held and not buffer.is_inference() and buffer._version == version
+
+
 @dataclass
-class AttentionPlan:
+class AttentionPlan(Plan):
     """The hidden-state-independent part of attention at one length T.
 
     Non-causal: ``weights [h, T, Q]`` on the values at the shared nodes,
@@ -48,16 +65,13 @@ class AttentionPlan:
     node, so that memory and time stay linear in T.
     """
 
-    length: int
     weights: torch.Tensor | None = None
     interp: torch.Tensor | None = None
     mixing: torch.Tensor | None = None
     index: torch.Tensor | None = None
 
-    def grad_tensors(self) -> tuple[torch.Tensor, ...]:
-        """The tensors through which gradients reach the kernel parameters."""
-        t = self.mixing if self.mixing is not None else self.weights
-        return (t,) if t.requires_grad else ()
+    def kernel_tensor(self) -> torch.Tensor:
+        return self.mixing if self.mixing is not None else self.weights
 
 
 class ContinuousAttention(nn.Module):
@@ -69,22 +83,20 @@ class ContinuousAttention(nn.Module):
         causal: integrate over [0, s_i] only (the corrected operator).
         normalised_integral: normalise the kernel on its interval (defect 4 fixed).
         half_range_cosine: use cos(pi k t) in place of cos(2 pi k t) (defect 5 fixed).
-        penalty: "published" or "exact" Sobolev penalty.
-        dropout_inside: apply the dropout here (published: inside the ODE dynamics).
+        penalty: the Sobolev penalty's kind, "published" or "exact".
+        dropout_in_dynamics: apply the dropout here (published: inside the ODE dynamics).
     Buffers ``t_nodes``, ``t_w`` [Q] (float32) hold the rule on [0, 1].
     """
 
     def __init__(self, d_model: int, n_heads: int, n_freq: int, basis: str = "fourier",
                  quad_nodes: int = 64, dropout: float = 0.1, causal: bool = False,
                  normalised_integral: bool = False, half_range_cosine: bool = False,
-                 penalty: str = "published", dropout_inside: bool = True):
+                 penalty: str = "published", dropout_in_dynamics: bool = True):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        if basis not in ("fourier", "cheb"):
-            raise ValueError(f"basis must be one of ['fourier', 'cheb'], got {basis!r}")
         self.n_heads, self.head_dim, self.n_freq = n_heads, d_model // n_heads, n_freq
-        self.basis_name = "cosine" if (basis == "fourier" and half_range_cosine) else basis
+        self.basis_name = kernel_basis_name(basis, half_range_cosine)
         self.causal, self.normalised_integral = causal, normalised_integral
         self.v_proj = nn.Linear(d_model, d_model, bias=False)
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
@@ -93,10 +105,10 @@ class ContinuousAttention(nn.Module):
         nodes, weights = gauss_legendre(quad_nodes)
         self.register_buffer("t_nodes", nodes.float())
         self.register_buffer("t_w", weights.float())
-        self.drop = nn.Dropout(dropout) if dropout_inside else nn.Identity()
+        self.drop = nn.Dropout(dropout) if dropout_in_dynamics else nn.Identity()
         # Geometry per (length, device, dtype), valid for the buffers it was built from.
-        self._bases: dict = {}
-        self._bases_built_from: tuple | None = None
+        self._cache = GeometryCache()
+        self._built_from: tuple | None = None
 
     # -- kernels ---------------------------------------------------------------
     def stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,7 +118,8 @@ class ContinuousAttention(nn.Module):
 
     def sobolev_penalty(self) -> torch.Tensor:
         coeffs, _ = self.stacked()
-        return sobolev_penalty(coeffs, self.basis_name, self.kernels[0].penalty)
+        first = self.kernels[0]
+        return sobolev_penalty(coeffs, self.basis_name, first.penalty, first.grams)
 
     def _geometry(self, length: int, device, dtype) -> dict:
         """Basis values and interpolation stencils at one length, built once and cached.
@@ -117,35 +130,27 @@ class ContinuousAttention(nn.Module):
         ``interp [Q, T]`` (published) or ``index``, ``split [T, Q, 2]`` (causal).
         """
         self._drop_stale_geometry()
-        key = (length, torch.device(device), dtype)
-        if key not in self._bases:
-            # Built with inference mode off: an entry made while evaluating under
-            # torch.inference_mode must still serve a training pass afterwards, and
-            # inference tensors cannot be saved for backward. Nothing here needs grad.
-            with torch.inference_mode(False), torch.no_grad():
-                geo = self._build_geometry(length, device, dtype)
-            if len(self._bases) >= 8:   # a handful of lengths at a time is all a run uses
-                self._bases.clear()
-            self._bases[key] = geo
-        return self._bases[key]
+        return self._cache.get(cache_key(length, device, dtype),
+                               lambda: self._build_geometry(length, device, dtype))
 
     def _drop_stale_geometry(self) -> None:
         """Empty the cache when the quadrature buffers are not those it was built from.
 
-        Values are compared, not version counters: buffers made under inference_mode have
-        none, and new buffers (``.half().float()``, reassignment) restart theirs at 0.
-        load_state_dict and in-place edits of ``t_nodes`` or ``t_w`` are caught alike.
-        The comparison is 2Q numbers per plan, i.e. per block and forward pass.
+        A buffer is the same when it is the same tensor object (held here, so that its
+        memory cannot be reused by a new one) at the same version counter: a new buffer
+        (``.to``, ``.half().float()``, reassignment) fails the first test, load_state_dict
+        and in-place edits of ``t_nodes`` or ``t_w`` the second. Nothing is read from the
+        device (no host synchronisation per plan). Buffers made under inference_mode have
+        no version counter: theirs are compared by value (2Q numbers per plan).
         """
         current = (self.t_nodes, self.t_w)
-        built_from = self._bases_built_from
-        if built_from is not None and all(
-                a.device == b.device and a.dtype == b.dtype and torch.equal(a, b)
-                for a, b in zip(built_from, current)):
+        built_from = self._built_from
+        if built_from is not None and all(_same_buffer(record, buffer)
+                                          for record, buffer in zip(built_from, current)):
             return
-        self._bases.clear()
+        self._cache.clear()
         with torch.inference_mode(False):
-            self._bases_built_from = tuple(b.detach().clone() for b in current)
+            self._built_from = tuple(_buffer_record(b) for b in current)
 
     def _build_geometry(self, length: int, device, dtype) -> dict:
         s = torch.linspace(0, 1, length, device=device, dtype=dtype)   # query positions [T]
@@ -172,16 +177,13 @@ class ContinuousAttention(nn.Module):
 
     def plan(self, length: int, device=None, dtype=None) -> AttentionPlan:
         """Mixing weights for sequences of ``length`` T (see the module docstring)."""
-        if length < 1:
-            raise ValueError(f"sequence length T must be >= 1, got {length}")
         if length == 1 and not self.causal:
             raise ValueError(
                 "T = 1 is undefined in the published (non-causal) operator: its interpolation "
                 "reads token i0 + 1 = 1, out of range (defect 8); use causal=True "
                 "(variant='causal') or T >= 2")
         coeffs, log_scale = self.stacked()
-        device = device or coeffs.device
-        dtype = dtype or coeffs.dtype
+        device, dtype = plan_target(self, length, device, dtype, ref=coeffs)
         geo = self._geometry(length, device, dtype)
         w = kernel_logits(coeffs, log_scale, geo["phi_s"], geo["phi_t"])          # [h, T, Q]
         if self.normalised_integral:

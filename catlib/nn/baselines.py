@@ -15,13 +15,19 @@ n block evaluations per layer for the parameters of one, as CAT's RK4 step spend
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
+from .bias import CausalBias, alibi_bias
 from .config import CATConfig
-from .qk_attention import CausalBias, QKAttention, alibi_bias
+from .qk_attention import QKAttention
+
+# Set by :func:`explicit_encoder` for the calls inside its block (this thread or task only).
+_EXPLICIT = contextvars.ContextVar("catlib_explicit_encoder", default=False)
 
 
 def sinusoidal_positions(length: int, d_model: int, device=None, dtype=None) -> torch.Tensor:
@@ -82,7 +88,10 @@ class Baseline(nn.Module):
         self.proj = nn.Linear(d, cfg.vocab_size)
         self.drop = nn.Dropout(cfg.dropout) if cfg.logit_dropout else nn.Identity()
 
-    def forward(self, tokens: torch.Tensor, penalty: bool = True):
+    def forward(self, tokens: torch.Tensor, with_penalty: bool = True, *,
+                penalty: bool | None = None):
+        """``tokens [B, T]`` -> ``(logits [B, T, V], zero penalty)``. ``with_penalty`` (old
+        name: ``penalty``) is accepted for CAT's signature; the baseline has no penalty."""
         if tokens.dim() != 2 or tokens.shape[1] < 1:
             raise ValueError(f"tokens must be [B, T] with T >= 1, got shape {tuple(tokens.shape)}")
         length = tokens.shape[1]
@@ -91,14 +100,14 @@ class Baseline(nn.Module):
             return self._forward_qk(x)
         if self.config.positional_encoding:
             x = x + sinusoidal_positions(length, x.shape[-1], x.device, x.dtype)
-        mask, fused = None, contextlib.nullcontext()
-        if self.config.causal:
-            mask = nn.Transformer.generate_square_subsequent_mask(length, device=x.device, dtype=x.dtype)
-            # In evaluation the encoder's "fast path" applies this mask explicitly, a dense
-            # [T, T] pass; off it, the layer takes the fused causal kernel.
-            fused = _without_mha_fastpath()
-        with fused:
-            h = self.enc(x, mask=mask, is_causal=self.config.causal)
+        if self.config.causal or _EXPLICIT.get():
+            mask = None
+            if self.config.causal:
+                mask = nn.Transformer.generate_square_subsequent_mask(length, device=x.device,
+                                                                      dtype=x.dtype)
+            h = _encoder_explicit(self.enc, x, mask, self.config.causal)
+        else:
+            h = self.enc(x)
         logits = self.drop(self.proj(h))
         return logits, logits.new_zeros(())
 
@@ -116,12 +125,39 @@ class Baseline(nn.Module):
         return logits, logits.new_zeros(())
 
 
+def _encoder_explicit(enc: nn.TransformerEncoder, x: torch.Tensor, mask: torch.Tensor | None,
+                      causal: bool) -> torch.Tensor:
+    """``enc``'s layers on ``x [B, T, D]`` written out, the library's own path off its
+    inference "fast path": post-norm, x = norm1(x + drop1(attn(x))), x = norm2(x +
+    drop2(ff(x))), the attention through ``F.multi_head_attention_forward`` as
+    ``nn.MultiheadAttention`` calls it. Causal: the fused causal kernel (the mask, required
+    by the call, is dropped for ``is_causal``), where the fast path would apply the mask as
+    a dense [T, T] pass. Nothing of the process is switched (no fast-path flag)."""
+    for layer in enc.layers:
+        mha = layer.self_attn
+        seq = x.transpose(1, 0)                                              # [T, B, D]
+        att = F.multi_head_attention_forward(
+            seq, seq, seq, mha.embed_dim, mha.num_heads, mha.in_proj_weight, mha.in_proj_bias,
+            mha.bias_k, mha.bias_v, mha.add_zero_attn, mha.dropout, mha.out_proj.weight,
+            mha.out_proj.bias, training=mha.training, key_padding_mask=None,
+            need_weights=False, attn_mask=mask, is_causal=causal)[0].transpose(1, 0)
+        x = layer.norm1(x + layer.dropout1(att))
+        ff = layer.linear2(layer.dropout(layer.activation(layer.linear1(x))))
+        x = layer.norm2(x + layer.dropout2(ff))
+    return x if enc.norm is None else enc.norm(x)
+
+
 @contextlib.contextmanager
-def _without_mha_fastpath():
-    """Switch off ``nn.MultiheadAttention``'s inference fast path for a block (restored after)."""
-    previous = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
+def explicit_encoder():
+    """Within the block, the sinusoidal baseline runs its layers written out
+    (:func:`_encoder_explicit`) in every variant, e.g. so that a FLOP counter sees every
+    operation (the fast path is one opaque kernel). Local to this thread or task."""
+    token = _EXPLICIT.set(True)
     try:
         yield
     finally:
-        torch.backends.mha.set_fastpath_enabled(previous)
+        _EXPLICIT.reset(token)
+
+
+# Its old name (catlib.cost imports it).
+_without_mha_fastpath = explicit_encoder

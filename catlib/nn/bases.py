@@ -6,6 +6,12 @@ scaled by 1/sqrt(n) as in the published code.
 - ``fourier``: cos(2 pi k t), the published basis (period 1: t = 0 and t = 1 coincide);
 - ``cosine``: cos(pi k t), the half-range cosine basis of the corrected variant;
 - ``cheb``: Chebyshev polynomials T_k(2t - 1).
+
+Two evaluations of the same functions, both here: :func:`basis` (each cosine computed
+directly, with derivatives; the 2-D kernel, the Gram matrices) and :func:`basis_recurrence`
+(values only, unscaled, from the three-term recurrence: one cosine per point instead of n;
+the 1-D kernels, which evaluate millions of points). They agree to rounding, not bitwise,
+and each caller keeps the one its numbers were computed with.
 """
 from __future__ import annotations
 
@@ -14,6 +20,14 @@ import math
 import torch
 
 BASIS_NAMES = ("fourier", "cosine", "cheb")
+
+
+def kernel_basis_name(basis_name: str, half_range_cosine: bool) -> str:
+    """The basis of a model's kernels from its config: "fourier" with ``half_range_cosine``
+    is "cosine" (cos(pi k t)); "cheb" stays."""
+    if basis_name not in ("fourier", "cheb"):
+        raise ValueError(f"basis must be one of ['fourier', 'cheb'], got {basis_name!r}")
+    return "cosine" if (basis_name == "fourier" and half_range_cosine) else basis_name
 
 
 def basis(name: str, t: torch.Tensor, n: int, deriv: int = 0) -> torch.Tensor:
@@ -61,3 +75,24 @@ def _chebyshev(t: torch.Tensor, n: int, deriv: int) -> torch.Tensor:
         seconds.append(4 * firsts[k - 1] + 2 * x * seconds[k - 1] - seconds[k - 2])
     chosen = (values, firsts, seconds)[deriv][:n]
     return torch.stack(chosen) * (2.0 ** deriv)
+
+
+def basis_recurrence(name: str, t: torch.Tensor, n: int) -> torch.Tensor:
+    """The n basis functions at flat ``t [P]``, ``[n, P]``, without the 1/sqrt(n) scale.
+
+    Every basis is a Chebyshev series in x = cos(omega t) (cosines: cos(k omega t) =
+    T_k(cos omega t)) or x = 2t - 1 (cheb): the three-term recurrence needs one cosine per
+    point instead of n.
+    """
+    if name == "cheb":
+        x = 2.0 * t - 1.0
+    else:
+        x = torch.cos((2.0 if name == "fourier" else 1.0) * math.pi * t)
+    phi = x.new_empty(n, x.numel())                                              # [n, P]
+    phi[0] = 1.0
+    if n > 1:
+        phi[1] = x
+    for k in range(2, n):
+        torch.mul(x, phi[k - 1], out=phi[k])
+        phi[k].mul_(2.0).sub_(phi[k - 2])
+    return phi

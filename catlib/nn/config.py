@@ -17,9 +17,9 @@ PENALTIES = ("published", "exact")
 # How the baseline sees positions: added sinusoids, rotary q/k (RoPE) or an ALiBi score bias.
 BASELINE_POSITIONS = ("sinusoidal", "rope", "alibi")
 # CAT's kernel: on positions rescaled to [0, 1] (published), on token distances
-# (relative), or as the positional bias of query-key attention (content; see
-# catlib.nn.distance_kernels); or that bias as a decaying prior, ALiBi's or KERPLE's, plus a
-# spectral residual that vanishes beyond the training length (see catlib.nn.decay_prior).
+# (relative; see catlib.nn.relative), or as the positional bias of query-key attention
+# (content; see catlib.nn.content); or that bias as a decaying prior, ALiBi's or KERPLE's,
+# plus a spectral residual that vanishes beyond the training length (catlib.nn.decay_prior).
 KERNELS = ("absolute", "relative", "content", "alibi-prior", "kerple-prior")
 PRIOR_KERNELS = ("alibi-prior", "kerple-prior")
 

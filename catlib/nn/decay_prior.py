@@ -30,9 +30,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .distance_kernels import ContentPlan
+from .bias import alibi_slopes, causal_toeplitz
 from .kernel import SpectralKernel1D
-from .qk_attention import QKAttention, alibi_slopes
+from .plan import ScoreBiasPlan, plan_target
+from .qk_attention import QKAttention
 
 PRIORS = ("alibi", "kerple")
 # KERPLE's r1 at initialisation, from the most local head to the flattest (log-spaced),
@@ -117,35 +118,29 @@ class DecayPriorAttention(nn.Module):
     sqrt(d) + b_h(i - j), causal softmax. ``x [B, T, D]`` -> ``[B, T, D]``.
 
     The bias ``[h, T, T]`` is built once per solve (``plan``), -inf above the diagonal,
-    as :class:`~catlib.nn.distance_kernels.ContentAttention`'s; kernel parameters live under
+    as :class:`~catlib.nn.content.ContentAttention`'s (a :class:`~catlib.nn.plan.ScoreBiasPlan`); kernel parameters live under
     ``kernels`` so that the adjoint reaches them through the plan only.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_freq: int, prior: str, train_length: int,
                  kernel_scale: float = 4.0, residual: bool = True, penalty: str = "exact",
-                 dropout: float = 0.1, dropout_inside: bool = False):
+                 dropout: float = 0.1, dropout_in_dynamics: bool = False):
         super().__init__()
         self.qk = QKAttention(d_model, n_heads, dropout=0.0)   # no random right-hand side
         self.kernels = DecayPriorKernel(n_heads, n_freq, prior, train_length, kernel_scale,
                                         residual, penalty)
-        self.drop = nn.Dropout(dropout) if dropout_inside else nn.Identity()
+        self.drop = nn.Dropout(dropout) if dropout_in_dynamics else nn.Identity()
 
     def sobolev_penalty(self) -> torch.Tensor:
         return self.kernels.sobolev_penalty()
 
-    def plan(self, length: int, device=None, dtype=None) -> ContentPlan:
+    def plan(self, length: int, device=None, dtype=None) -> ScoreBiasPlan:
         """The bias for sequences of ``length`` T: one Toeplitz ``[h, T, T]``, causal."""
-        if length < 1:
-            raise ValueError(f"sequence length T must be >= 1, got {length}")
-        ref = next(iter(self.qk.parameters()))
-        device, dtype = device or ref.device, dtype or ref.dtype
-        pos = torch.arange(length, device=device)
-        bvec = self.kernels(pos.to(dtype))                                     # [h, T], at d
-        distance = pos[:, None] - pos[None, :]
-        bias = bvec[:, distance.clamp(min=0)].masked_fill_(distance < 0, -math.inf)
-        return ContentPlan(length, bias)
+        device, dtype = plan_target(self.qk, length, device, dtype)
+        d = torch.arange(length, device=device).to(dtype)
+        return ScoreBiasPlan(length, causal_toeplitz(self.kernels(d)))        # b_h(i - j)
 
-    def forward(self, x: torch.Tensor, plan: ContentPlan | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, plan: ScoreBiasPlan | None = None) -> torch.Tensor:
         if plan is None:
             plan = self.plan(x.shape[1], x.device, x.dtype)
         return self.drop(self.qk(x, plan.causal))

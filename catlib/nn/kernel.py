@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .bases import BASIS_NAMES, basis
+from .bases import BASIS_NAMES, basis, basis_recurrence
 from .config import PENALTIES
 from .quadrature import gauss_legendre
 
@@ -49,16 +49,17 @@ def published_penalty(coeffs: torch.Tensor) -> torch.Tensor:
     return (weights * coeffs ** 2).sum()
 
 
-def exact_penalty(coeffs: torch.Tensor, basis_name: str) -> torch.Tensor:
+def exact_penalty(coeffs: torch.Tensor, basis_name: str,
+                  grams: "GramTables | None" = None) -> torch.Tensor:
     """Integral over [0,1]^2 of (Laplacian of sum_kl C_kl phi_k(s) phi_l(t))^2, summed over heads.
 
     With Gram matrices G0 = <phi_k, phi_m>, G1 = <phi_k'', phi_m>, G2 = <phi_k'', phi_m''>:
     |Lap W|^2 = tr(G2 C G0 C^T) + tr(G0 C G2 C^T) + 2 sum C_kl C_mn G1_km G1_nl.
+    ``grams``: a module's :class:`GramTables` (already on its device); without, the
+    matrices are cast and moved here.
     """
-    # Cast on the CPU, then move: MPS holds no float64.
     n = coeffs.shape[-1]
-    g0, g1, g2 = (basis_gram(basis_name, n, *d).to(coeffs.dtype).to(coeffs.device)
-                  for d in ((0, 0), (2, 0), (2, 2)))
+    g0, g1, g2 = (_gram(grams, basis_name, n, d, coeffs) for d in ((0, 0), (2, 0), (2, 2)))
     c = coeffs
     ss = torch.einsum("km,hkl,ln,hmn->", g2, c, g0, c)
     tt = torch.einsum("km,hkl,ln,hmn->", g0, c, g2, c)
@@ -84,13 +85,57 @@ def basis_gram(basis_name: str, n: int, deriv_a: int = 0, deriv_b: int = 0) -> t
     return (a * w) @ b.T
 
 
-def sobolev_penalty(coeffs: torch.Tensor, basis_name: str, kind: str) -> torch.Tensor:
+def sobolev_penalty(coeffs: torch.Tensor, basis_name: str, kind: str,
+                    grams: "GramTables | None" = None) -> torch.Tensor:
     """The Sobolev penalty of a stack of heads: ``kind`` is "published" or "exact"."""
     if kind == "published":
         return published_penalty(coeffs)
     if kind == "exact":
-        return exact_penalty(coeffs, basis_name)
+        return exact_penalty(coeffs, basis_name, grams)
     raise ValueError(f"penalty must be one of {list(PENALTIES)}, got {kind!r}")
+
+
+class GramTables(nn.Module):
+    """The Gram matrices (:func:`basis_gram`) an exact penalty reads, as non-persistent
+    buffers ``[n, n]`` on the module's device and in its dtype: no host -> device move per
+    step, and state_dicts unchanged. ``gram_<a>_<b>`` holds derivative orders (a, b).
+
+    Every move or cast of the module (.to, .double, .float, .cuda) recasts them from the
+    float64 master: cast on the CPU, then moved (MPS holds no float64), the values a cast
+    per call would give, at any dtype.
+    """
+
+    def __init__(self, basis_name: str, n: int, orders: tuple[tuple[int, int], ...]):
+        super().__init__()
+        self.basis_name, self.n, self.orders = basis_name, n, orders
+        for a, b in orders:
+            master = basis_gram(basis_name, n, a, b)
+            self.register_buffer(f"gram_{a}_{b}", master.to(torch.get_default_dtype()),
+                                 persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        # Inference mode off: a move made under torch.inference_mode must still serve a
+        # training pass (the penalty's backward saves these matrices).
+        with torch.inference_mode(False):
+            self._recast()
+        return self
+
+    def _recast(self) -> None:
+        for a, b in self.orders:
+            now = getattr(self, f"gram_{a}_{b}")
+            master = basis_gram(self.basis_name, self.n, a, b)
+            setattr(self, f"gram_{a}_{b}", master.to(now.dtype).to(now.device))
+
+
+def _gram(grams: GramTables | None, basis_name: str, n: int, orders: tuple[int, int],
+          like: torch.Tensor) -> torch.Tensor:
+    """G of derivative ``orders`` in ``like``'s dtype and device: from ``grams`` when it holds
+    them so, else cast on the CPU and moved (MPS holds no float64)."""
+    held = getattr(grams, f"gram_{orders[0]}_{orders[1]}", None) if grams is not None else None
+    if held is not None and held.dtype == like.dtype and held.device == like.device:
+        return held
+    return basis_gram(basis_name, n, *orders).to(like.dtype).to(like.device)
 
 
 def check_kernel_args(n_freq, basis: str, penalty: str) -> None:
@@ -118,6 +163,8 @@ class Kernel2D(nn.Module):
         self.n_freq, self.basis, self.penalty = n_freq, basis, penalty
         self.coeffs = nn.Parameter(0.01 * torch.randn(n_freq, n_freq))
         self.log_scale = nn.Parameter(torch.zeros(1))
+        self.grams = (GramTables(basis, n_freq, ((0, 0), (2, 0), (2, 2)))
+                      if penalty == "exact" else None)
 
     def forward(self, s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Row-stochastic kernel: ``s [S]``, ``t [Q]`` -> softmax over t of W(s, t), ``[S, Q]``."""
@@ -127,7 +174,7 @@ class Kernel2D(nn.Module):
         return torch.softmax(w, dim=-1)
 
     def sobolev_penalty(self) -> torch.Tensor:
-        return sobolev_penalty(self.coeffs[None], self.basis, self.penalty)
+        return sobolev_penalty(self.coeffs[None], self.basis, self.penalty, self.grams)
 
     def extra_repr(self) -> str:
         return f"n_freq={self.n_freq}, basis={self.basis!r}, penalty={self.penalty!r}"
@@ -148,27 +195,13 @@ class SpectralKernel1D(nn.Module):
         self.n_freq, self.basis, self.penalty = n_freq, basis, penalty
         self.coeffs = nn.Parameter(0.01 * torch.randn(n_heads, n_freq))
         self.log_scale = nn.Parameter(torch.zeros(n_heads, 1))
+        self.grams = GramTables(basis, n_freq, ((2, 2),)) if penalty == "exact" else None
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
-        """``u`` of any shape S (in the coefficients' dtype) -> ``[h, *S]``.
-
-        Every basis here is a Chebyshev series in x = cos(omega u) (cosines: cos(k omega u)
-        = T_k(cos omega u)) or x = 2u - 1 (cheb), so the basis comes from the three-term
-        recurrence: one cosine per point instead of n (the content bias evaluates
-        millions of points).
-        """
+        """``u`` of any shape S (in the coefficients' dtype) -> ``[h, *S]``, the basis from
+        its recurrence (:func:`~catlib.nn.bases.basis_recurrence`)."""
         flat = u.detach().reshape(-1)          # positions carry no gradient
-        if self.basis == "cheb":
-            x = 2.0 * flat - 1.0
-        else:
-            x = torch.cos((2.0 if self.basis == "fourier" else 1.0) * math.pi * flat)
-        phi = x.new_empty(self.n_freq, x.numel())                                 # [n, |S|]
-        phi[0] = 1.0
-        if self.n_freq > 1:
-            phi[1] = x
-        for k in range(2, self.n_freq):
-            torch.mul(x, phi[k - 1], out=phi[k])
-            phi[k].mul_(2.0).sub_(phi[k - 2])
+        phi = basis_recurrence(self.basis, flat, self.n_freq)                    # [n, |S|]
         k = ((self.coeffs / math.sqrt(self.n_freq)) @ phi).reshape(-1, *u.shape)
         return F.softplus(self.log_scale).reshape(-1, *([1] * u.dim())) * k
 
@@ -190,8 +223,7 @@ class SpectralKernel1D(nn.Module):
         if self.penalty == "published":
             k = torch.arange(self.n_freq, dtype=c.dtype, device=c.device)
             return ((2 * math.pi * k) ** 4 * c ** 2).sum()
-        # Cast on the CPU, then move: MPS holds no float64.
-        g2 = basis_gram(self.basis, self.n_freq, 2, 2).to(c.dtype).to(c.device)
+        g2 = _gram(self.grams, self.basis, self.n_freq, (2, 2), c)
         return torch.einsum("hk,km,hm->", c, g2, c)
 
     def extra_repr(self) -> str:

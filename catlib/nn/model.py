@@ -9,10 +9,12 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .attention import AttentionPlan, ContinuousAttention
+from .attention import ContinuousAttention
 from .config import KERNELS, CATConfig
 from .decay_prior import DecayPriorAttention
-from .distance_kernels import ContentAttention, RelativeAttention
+from .plan import Plan
+from .relative import RelativeAttention
+from .content import ContentAttention
 from .solvers import CountedDynamics, integrate
 
 
@@ -20,8 +22,8 @@ def make_attention(cfg: CATConfig) -> nn.Module:
     """The attention of one CAT block, chosen by ``cfg.kernel`` (the config is resolved first).
 
     "absolute": the published/corrected :class:`~catlib.nn.attention.ContinuousAttention`;
-    "relative": :class:`~catlib.nn.distance_kernels.RelativeAttention`; "content":
-    :class:`~catlib.nn.distance_kernels.ContentAttention`; "alibi-prior", "kerple-prior":
+    "relative": :class:`~catlib.nn.relative.RelativeAttention`; "content":
+    :class:`~catlib.nn.content.ContentAttention`; "alibi-prior", "kerple-prior":
     :class:`~catlib.nn.decay_prior.DecayPriorAttention`.
     """
     cfg = cfg.resolved()
@@ -31,10 +33,10 @@ def make_attention(cfg: CATConfig) -> nn.Module:
             d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.quad_nodes, cfg.dropout,
             causal=cfg.causal, normalised_integral=cfg.normalised_integral,
             half_range_cosine=cfg.half_range_cosine, penalty=cfg.penalty,
-            dropout_inside=cfg.dropout_in_dynamics)
+            dropout_in_dynamics=cfg.dropout_in_dynamics)
     common = dict(kernel_scale=cfg.kernel_scale, kernel_horizon=cfg.kernel_horizon,
                   half_range_cosine=cfg.half_range_cosine, penalty=cfg.penalty,
-                  dropout_inside=cfg.dropout_in_dynamics)
+                  dropout_in_dynamics=cfg.dropout_in_dynamics)
     if cfg.kernel == "relative":
         return RelativeAttention(d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.quad_nodes,
                                  cfg.dropout, **common)
@@ -57,7 +59,7 @@ class Block(nn.Module):
         self.norm = nn.LayerNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
-    def rhs(self, h: torch.Tensor, plan: AttentionPlan | None = None) -> torch.Tensor:
+    def rhs(self, h: torch.Tensor, plan: Plan | None = None) -> torch.Tensor:
         """f(h) for ``h [B, T, D]``."""
         return self.ff(self.norm(h + self.attn(h, plan)))
 
@@ -65,7 +67,7 @@ class Block(nn.Module):
 class _PlannedDynamics(nn.Module):
     """A block's dynamics with the attention plan of one solve bound in (the ODE ``func``)."""
 
-    def __init__(self, block: Block, plan: AttentionPlan):
+    def __init__(self, block: Block, plan: Plan):
         super().__init__()
         self.block, self.plan = block, plan
 
@@ -82,9 +84,9 @@ class _PlannedDynamics(nn.Module):
 class CAT(nn.Module):
     """Continuous Attention Transformer.
 
-    ``forward(tokens [B, T] int64, penalty=True)`` returns ``(logits [B, T, V],
-    sob_lambda * summed Sobolev penalty of all heads)`` (a zero tensor when
-    ``penalty`` is false). ``nfe`` holds the function evaluations of the last
+    ``forward(tokens [B, T] int64, with_penalty=True)`` returns ``(logits [B, T, V],
+    penalty_value)``, penalty_value = sob_lambda * the summed Sobolev penalty of all heads
+    (a zero tensor when ``with_penalty`` is false; ``penalty=`` is its old name). ``nfe`` holds the function evaluations of the last
     pass, summed over blocks: ``{"forward": int, "backward": int}``; the
     backward count grows while ``loss.backward()`` runs the adjoint.
     """
@@ -110,7 +112,8 @@ class CAT(nn.Module):
         return dict(rtol=cfg.rtol, atol=cfg.atol, adjoint=cfg.adjoint and torch.is_grad_enabled(),
                     adjoint_seminorm=cfg.adjoint_seminorm, steps=cfg.solver_steps, max_steps=cfg.max_steps)
 
-    def forward(self, tokens: torch.Tensor, penalty: bool = True):
+    def forward(self, tokens: torch.Tensor, with_penalty: bool = True, *,
+                penalty: bool | None = None):
         if tokens.dim() != 2 or tokens.shape[1] < 1:
             raise ValueError(f"tokens must be [B, T] with T >= 1, got shape {tuple(tokens.shape)}")
         h = self.embed(tokens)
@@ -124,7 +127,9 @@ class CAT(nn.Module):
                              adjoint_params=dynamics.adjoint_params(), **options)
             h = self.block_dropout(h)
         logits = self.proj(h)
-        if not penalty:
+        if penalty is not None:   # the flag's old name
+            with_penalty = penalty
+        if not with_penalty:
             return logits, logits.new_zeros(())
         return logits, self.config.sob_lambda * self.sobolev_penalty()
 

@@ -57,10 +57,12 @@ class CountedDynamics(nn.Module):
     def __init__(self, func: Callable, max_steps: int | None = None):
         super().__init__()
         self.func = func
-        self.nfe_forward = 0
-        self.nfe_backward = 0
-        self.steps_forward = 0
-        self.steps_backward = 0
+        self.reset(max_steps)
+
+    def reset(self, max_steps: int | None = None) -> None:
+        """Zero every count (before a solve: a reused counter reports that solve alone)."""
+        self.nfe_forward = self.nfe_backward = 0
+        self.steps_forward = self.steps_backward = 0
         self.max_steps = max_steps
         self.in_forward_solve = True
 
@@ -162,7 +164,8 @@ def integrate(func: Callable, y0: torch.Tensor, solver: str = "dopri5", t0: floa
         options: fields of :class:`SolveOptions` (rtol, atol, adjoint,
             adjoint_seminorm, steps, max_steps, adjoint_params).
     The counter's ``nfe_forward`` is final on return; ``nfe_backward`` grows
-    while the adjoint runs during ``backward()``.
+    while the adjoint runs during ``backward()``. A counter passed in is reset first:
+    every count it reports is of this solve.
     """
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {list(SOLVERS)}, got {solver!r}")
@@ -171,7 +174,7 @@ def integrate(func: Callable, y0: torch.Tensor, solver: str = "dopri5", t0: floa
         raise ValueError(f"steps must be >= 1, got {opt.steps!r}")
     # A caller that passes its own counter can read the count even if the solve fails.
     counter = func if isinstance(func, CountedDynamics) else CountedDynamics(func)
-    counter.max_steps, counter.steps_forward, counter.in_forward_solve = opt.max_steps, 0, True
+    counter.reset(opt.max_steps)
     if opt.adjoint_params is None and isinstance(counter.func, nn.Module):
         opt.adjoint_params = tuple(counter.func.parameters())
     y1 = SOLVERS[solver](counter, y0, t0, t1, opt)
