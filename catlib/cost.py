@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from .nn.baselines import _without_mha_fastpath
+from .nn.baselines import explicit_encoder
 
 
 def parameter_count(model: nn.Module) -> int:
@@ -41,7 +41,7 @@ def forward_flops_per_token(model: nn.Module, length: int, vocab_size: int | Non
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), _without_mha_fastpath(), \
+        with torch.no_grad(), explicit_encoder(), \
                 FlopCounterMode(display=False, custom_mapping=mapping) as counter:
             model(tokens)
     finally:
