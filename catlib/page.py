@@ -169,6 +169,23 @@ def _fails(rule: Rule, value) -> bool:
     return not isinstance(value, str) or bool(rule.choices) and value not in rule.choices
 
 
+def _check_device(name: str) -> None:
+    """A one-line :class:`ParameterError` for a device name that is unknown, or known but
+    absent from this machine (:func:`catlib.devices.resolve_device` decides)."""
+    try:
+        kind = "auto" if name == "auto" else torch.device(name).type
+    except (RuntimeError, TypeError):
+        kind = None
+    if kind not in ("auto", "cpu", "cuda", "mps"):
+        raise ParameterError(f"parameter device = {name!r} is unknown: it must be auto, cpu, "
+                             "cuda (cuda:N) or mps; run with e.g. -p device cpu")
+    try:
+        resolve_device(name)
+    except DeviceError:
+        raise ParameterError(f"parameter device = {name!r}: this machine has no {kind.upper()} "
+                             "device; run with -p device cpu (or auto)") from None
+
+
 def check_parameters(values: dict, even_heads: bool = False) -> None:
     """Stop at the first invalid parameter among ``values`` (a page passes ``globals()``
     right after its ``parameters`` cell) with a one-line :class:`ParameterError` naming
@@ -184,21 +201,17 @@ def check_parameters(values: dict, even_heads: bool = False) -> None:
             raise ParameterError(f"parameter {name} = {values[name]!r} is invalid: it must be "
                                  f"{rule.need()}; run with e.g. -p {name} {rule.example}")
     if "device" in values:
-        try:
-            resolve_device(values["device"])
-        except DeviceError as err:
-            raise ParameterError(f"parameter device = {values['device']!r}: {err}; "
-                                 "run with -p device cpu (or auto)") from None
+        _check_device(values["device"])
     for width, heads in HEAD_PAIRS:
         if width in values and heads in values:
             d, h = values[width], values[heads]
-            if d % h or (even_heads and width == "d_model" and (d // h) % 2):
-                need = "an even number of channels per head" if d % h == 0 else "a divisor of it"
-                raise ParameterError(
-                    f"parameters {width} = {d} and {heads} = {h} do not fit: a head needs "
-                    f"{need}; choose {heads} among the divisors of {width}"
-                    + (" leaving d_model / n_heads even" if even_heads and width == "d_model"
-                       else ""))
+            even = even_heads and width == "d_model"
+            fits = lambda k: d % k == 0 and not (even and (d // k) % 2)  # noqa: E731
+            if not fits(h):
+                need = "divide it" + (", leaving an even d_model / n_heads (RoPE)" if even else "")
+                fix = max((k for k in range(1, min(h, d) + 1) if fits(k)), default=1)
+                raise ParameterError(f"parameters {width} = {d} and {heads} = {h} do not fit: "
+                                     f"{heads} must {need}; run with e.g. -p {heads} {fix}")
 
 
 def use_style() -> None:
