@@ -133,7 +133,7 @@ PARAMETERS: dict[str, Rule] = {
     "quad_nodes": Rule("int", 2, example=64),      # a rule of one node has no trapezoid
     "q_max": Rule("int", 2, example=512),
     "val_every": Rule("int", 0, example=50),
-    "split_val_every": Rule("int", 0, example=50),
+    "split_val_every": Rule("int", 1, example=10),   # the split study draws validation curves
     **{name: _positive(example) for name, example in (
         ("lr", 4e-3), ("brief_lr", 1e-3), ("split_lr", 4e-3), ("check_rtol", 1e-7),
         ("check_atol", 1e-9), ("leak_tolerance", 1e-6))},
@@ -147,6 +147,9 @@ PARAMETERS: dict[str, Rule] = {
         ("brief_steps", 200), ("dropout_repeats", 3), ("split_d_model", 128),
         ("split_n_heads", 8), ("split_steps", 500), ("split_batch", 20), ("split_seq", 128))},
 }
+
+# Pairs (a, b) with a <= b: the split study validates at least once.
+AT_MOST = (("split_val_every", "split_steps"),)
 
 # Pairs (width, heads) that must divide: a head has d_model / n_heads channels.
 HEAD_PAIRS = (("d_model", "n_heads"), ("split_d_model", "split_n_heads"))
@@ -193,8 +196,9 @@ def check_parameters(values: dict, even_heads: bool = False) -> None:
 
     Checks each name of :data:`PARAMETERS` present in ``values``: its type, its range or
     choices; that ``device`` names a device of this machine; that ``n_heads`` divides
-    ``d_model`` (and ``split_n_heads`` ``split_d_model``); with ``even_heads`` (a page
-    that trains the RoPE baseline) that ``d_model / n_heads`` is even.
+    ``d_model`` (and ``split_n_heads`` ``split_d_model``); that ``split_val_every`` is at
+    most ``split_steps``; with ``even_heads`` (a page that trains the RoPE baseline) that
+    ``d_model / n_heads`` is even.
     """
     for name, rule in PARAMETERS.items():
         if name in values and _fails(rule, values[name]):
@@ -202,6 +206,10 @@ def check_parameters(values: dict, even_heads: bool = False) -> None:
                                  f"{rule.need()}; run with e.g. -p {name} {rule.example}")
     if "device" in values:
         _check_device(values["device"])
+    for small, large in AT_MOST:
+        if small in values and large in values and values[small] > values[large]:
+            raise ParameterError(f"parameter {small} = {values[small]} is larger than {large} = "
+                                 f"{values[large]}; run with e.g. -p {small} {values[large]}")
     for width, heads in HEAD_PAIRS:
         if width in values and heads in values:
             d, h = values[width], values[heads]

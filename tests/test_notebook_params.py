@@ -41,7 +41,7 @@ VALID = {
                                lengths=[32, 40], published_protocol=False)],
     "07_audit": [dict(seed=2, d_model=18, n_heads=3, n_freq=5, seq=17, long_length=300,
                       brief_steps=3, dopri5_max_steps=10, dropout_repeats=1, split_d_model=12,
-                      split_n_heads=3, split_steps=6, split_val_every=0)],
+                      split_n_heads=3, split_steps=6, split_val_every=3)],
     "08_beyond": [dict(seeds=[5], train_steps=12, n_heads=4, lengths=[32, 40])],
 }
 
@@ -59,7 +59,7 @@ INVALID = {
 
 
 def _parameters(name: str, changes: dict) -> dict:
-    return dict(PROFILES["smoke"][name], device="cpu", profile="params", **changes)
+    return {**PROFILES["smoke"][name], "device": "cpu", "profile": "params", **changes}
 
 
 @pytest.fixture
@@ -116,6 +116,8 @@ def test_the_check_runs_before_setup_and_no_import_shadows_a_parameter():
     (dict(solver="rk5"), "rk4-classic"), (dict(published_protocol="yes"), "True or False"),
     (dict(device="tpu"), "-p device cpu"), (dict(d_model=16, n_heads=3), "-p n_heads 2"),
     (dict(split_d_model=128, split_n_heads=3), "split_n_heads"),
+    (dict(split_val_every=0), "split_val_every"),
+    (dict(split_val_every=60, split_steps=40), "-p split_val_every 40"),
 ])
 def test_an_invalid_parameter_is_one_line_naming_it_and_the_fix(values, word):
     with pytest.raises(page.ParameterError) as err:
