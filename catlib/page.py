@@ -10,7 +10,7 @@ injected included) and stops an invalid one (a negative size, an unknown device,
 string where a number belongs) with one line naming the parameter and the fix:
 :data:`PARAMETERS` says what each parameter of the book accepts.
 
-It finds the book's root (:func:`catlib.book.find_root`: the folder with ``_config.yml``,
+:func:`setup` finds the book's root (:func:`catlib.book.find_root`: the folder with ``_config.yml``,
 found upward from the working directory, since papermill, nbval and jupyter-cache each
 start the kernel elsewhere),
 resolves the ``device`` parameter to a ``torch.device`` (``"auto"`` picks CUDA, then MPS,
@@ -156,20 +156,23 @@ HEAD_PAIRS = (("d_model", "n_heads"), ("split_d_model", "split_n_heads"))
 
 
 def _fails(rule: Rule, value) -> bool:
-    """Whether ``value`` breaks ``rule`` (its type, its bound, its choices)."""
-    def number(x, integer):
-        if isinstance(x, bool) or not isinstance(x, (int, float) if not integer else int):
+    """Whether ``value`` breaks ``rule`` (its type, its bounds, its choices)."""
+    def number_ok(x, integer: bool) -> bool:
+        if isinstance(x, bool) or not isinstance(x, int if integer else (int, float)):
+            return False                                  # True is not 1, 8.0 is not 8
+        if x != x:                                        # NaN
             return False
-        return ((rule.low is None or (x >= rule.low if rule.low_ok else x > rule.low))
-                and (rule.high is None or x < rule.high) and x == x)
+        above = rule.low is None or (x >= rule.low if rule.low_ok else x > rule.low)
+        return above and (rule.high is None or x < rule.high)
+
     if rule.kind in ("int", "float"):
-        return not number(value, rule.kind == "int")
+        return not number_ok(value, rule.kind == "int")
     if rule.kind in ("ints", "floats"):
         return (not isinstance(value, (list, tuple)) or not value
-                or not all(number(x, rule.kind == "ints") for x in value))
+                or not all(number_ok(x, rule.kind == "ints") for x in value))
     if rule.kind == "bool":
         return not isinstance(value, bool)
-    return not isinstance(value, str) or bool(rule.choices) and value not in rule.choices
+    return not isinstance(value, str) or (bool(rule.choices) and value not in rule.choices)
 
 
 def _check_device(name: str) -> None:

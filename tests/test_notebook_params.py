@@ -12,7 +12,9 @@ The notebooks run in a scratch book root (a folder with ``_config.yml``), so the
 """
 from __future__ import annotations
 
+import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -153,3 +155,40 @@ def test_invalid_parameter_stops_the_notebook_in_one_line(name, book_root):
     cause = err.value.cause
     assert cause.startswith("ParameterError: ") and word in cause and "\n" not in cause, cause
     assert "-p " in cause, cause
+
+
+# ------------------------------------------------------------------ the book's own findings
+
+# Claims that the smoke references print as False on purpose: the corrected bases have no
+# mirror symmetry (01's "fourier" line prints True).
+EXPECTED_FALSE = {("01_spectral_kernels", "cosine", "K(s,t) = K(1-s,t) = K(s,1-t)"),
+                  ("01_spectral_kernels", "cheb", "K(s,t) = K(1-s,t) = K(s,1-t)")}
+CLAIM = re.compile(r"([^:]+?): (True|False)\b")
+
+
+def checked_claims(path: Path) -> list[tuple[str, str, bool]]:
+    """``(first word of the line, claim, value)`` of every "claim: True/False" that the
+    ``NBVAL_CHECK_OUTPUT`` cells of an executed notebook printed."""
+    claims = []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code" or "# NBVAL_CHECK_OUTPUT" not in "".join(cell["source"]):
+            continue
+        text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
+                       if o.get("output_type") == "stream")
+        for line in text.splitlines():
+            first = line.split()[0] if line.split() else ""
+            claims += [(first, c.strip(), v == "True") for c, v in CLAIM.findall(line)]
+    return claims
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "nbval").glob("*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_smoke_references_state_the_books_findings(path):
+    """The notebooks state their findings instead of asserting them; for the book's smoke
+    profile (the nbval references, which nbval compares every execution with) each stated
+    check holds, so a finding that stops holding fails here, not silently in the text."""
+    claims = checked_claims(path)
+    assert claims, f"{path.name}: no checked claims found"
+    wrong = [f"{first} {claim}" for first, claim, value in claims
+             if not value and (path.stem, first, claim) not in EXPECTED_FALSE]
+    assert not wrong, f"{path.name} (smoke profile) states as False: {wrong}"
