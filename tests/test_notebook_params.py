@@ -5,7 +5,8 @@ with parameter sets that no profile uses (small, large-ish, odd), starting from 
 profile so that each run stays at smoke cost, and must run to its end: a finding that
 depends on the parameters is stated in glued words, never asserted. One invalid parameter
 per notebook must stop it in :func:`catlib.page.check_parameters` with one line naming the
-parameter and the fix.
+parameter and the fix. What the book's own profiles must show (what the notebooks' asserts
+used to guard) is read from the smoke profile's executed references in ``tests/nbval``.
 
 The notebooks run in a scratch book root (a folder with ``_config.yml``), so the runs that
 05, 06 and 08 train land in a temporary ``runs/`` and never in the checkout's.
