@@ -196,3 +196,23 @@ def test_page_helpers():
     assert page.pm_cells([[0.5], [0.7]], sign=True)[0].startswith("+0.600")
     out, seconds = page.timed(lambda: 42, torch.device("cpu"))
     assert out == 42 and seconds >= 0
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_findings_are_stated_not_asserted(path):
+    """A page runs for any valid parameters: what it finds is stated (glued words), never
+    asserted; what must hold for the book's profiles is checked by the tests and nbval."""
+    import ast
+
+    found = []
+    for cell in cells(path):
+        if cell["cell_type"] != "code":
+            continue
+        code = "\n".join(line for line in source(cell).splitlines()
+                         if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Assert):
+                found.append(ast.unparse(node)[:60])
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("assert_"):
+                found.append(node.attr)
+    assert not found, f"{path.name} asserts {found}: state the finding in glued words instead"

@@ -1,0 +1,195 @@
+"""The notebooks run for any valid parameters and stop an invalid one in their parameters' check.
+
+Each notebook is executed (papermill, as the book's runner does: :func:`catlib.book.execution.execute`)
+with parameter sets that no profile uses (small, large-ish, odd), starting from the smoke
+profile so that each run stays at smoke cost, and must run to its end: a finding that
+depends on the parameters is stated in glued words, never asserted. One invalid parameter
+per notebook must stop it in :func:`catlib.page.check_parameters` with one line naming the
+parameter and the fix. What the book's own profiles must show (what the notebooks' asserts
+used to guard) is read from the smoke profile's executed references in ``tests/nbval``.
+
+The notebooks run in a scratch book root (a folder with ``_config.yml``), so the runs that
+05, 06 and 08 train land in a temporary ``runs/`` and never in the checkout's.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from catlib import page
+from catlib.book.parameters import notebook_parameters
+from catlib.book.profiles import PROFILES
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+# Parameter sets other than the profiles' (merged over the smoke profile's).
+VALID = {
+    "01_spectral_kernels": [dict(n_freq=8), dict(n_freq=1, n_heads=3, grid=17),
+                            dict(n_freq=40, grid=96, seed=5)],
+    "02_quadrature": [dict(q_max=256), dict(q_max=100, quad_nodes=48, lengths=[7, 300]),
+                      dict(q_max=2, quad_nodes=3, n_freq=1, conv_length=5, coeff_scale=0.01)],
+    "03_sobolev_penalty": [dict(fit_steps=100), dict(n_freq=2, fit_steps=20, penalty_weights=[1e-3],
+                                                     sob_lambda=1e-2, fit_basis="cheb")],
+    "04_depth_solvers": [dict(d_model=30, n_heads=3, n_freq=5, seq=17, batch=1, euler_steps=[1, 3],
+                              rk4_steps=[2], dopri5_rtols=[1e-2], dropout_max_steps=20,
+                              published_batch=1, published_max_steps=2, seed=3)],
+    "05_training": [dict(seed=1, train_steps=12, n_heads=4, solver="euler", solver_steps=2,
+                         val_every=0, lengths=[32, 48])],
+    "06_context_length": [dict(seeds=[3], published_seeds=[4], train_steps=12, n_heads=4,
+                               lengths=[32, 40], published_protocol=False)],
+    "07_audit": [dict(seed=2, d_model=18, n_heads=3, n_freq=5, seq=17, long_length=300,
+                      brief_steps=3, dopri5_max_steps=10, dropout_repeats=1, split_d_model=12,
+                      split_n_heads=3, split_steps=6, split_val_every=3)],
+    "08_beyond": [dict(seeds=[5], train_steps=12, n_heads=4, lengths=[32, 40])],
+}
+
+# One invalid parameter per notebook, and a word its one-line error must contain.
+INVALID = {
+    "01_spectral_kernels": (dict(n_freq=-3), "n_freq"),
+    "02_quadrature": (dict(q_max="big"), "q_max"),
+    "03_sobolev_penalty": (dict(penalty_weights=[1e-6, -1e-6]), "penalty_weights"),
+    "04_depth_solvers": (dict(device="tpu"), "device"),
+    "05_training": (dict(lr=0), "lr"),
+    "06_context_length": (dict(n_heads=3), "n_heads"),
+    "07_audit": (dict(seq=2.5), "seq"),
+    "08_beyond": (dict(solver="rk5"), "solver"),
+}
+
+
+def _parameters(name: str, changes: dict) -> dict:
+    return {**PROFILES["smoke"][name], "device": "cpu", "profile": "params", **changes}
+
+
+@pytest.fixture
+def book_root(tmp_path) -> Path:
+    """A scratch book root: the notebooks find it upward from their working directory."""
+    (tmp_path / "_config.yml").write_text("title: scratch\n")
+    (tmp_path / "notebooks").mkdir()
+    return tmp_path
+
+
+def _execute(name: str, changes: dict, root: Path) -> None:
+    from catlib.book.execution import execute
+    execute(name, _parameters(name, changes), ROOT / "notebooks", root / "notebooks", timeout=600)
+
+
+# ------------------------------------------------------------------ the check itself (no kernel)
+
+def test_every_parameter_of_every_notebook_has_a_rule():
+    for path in NOTEBOOKS:
+        missing = sorted(set(notebook_parameters(path)) - set(page.PARAMETERS))
+        assert not missing, f"{path.name}: no rule in catlib.page.PARAMETERS for {missing}"
+
+
+def test_every_profile_passes_the_check():
+    for profile, table in PROFILES.items():
+        for name, overrides in table.items():
+            values = dict(notebook_parameters(ROOT / "notebooks" / f"{name}.ipynb"), **overrides)
+            values["device"] = "cpu"
+            page.check_parameters(values, even_heads=True)
+
+
+def test_the_check_runs_before_setup_and_no_import_shadows_a_parameter():
+    import ast
+    import json
+    for path in NOTEBOOKS:
+        cells = [("".join(c["source"]), c.get("metadata", {}).get("tags", []))
+                 for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                 if c["cell_type"] == "code"]
+        index = next(i for i, (_, tags) in enumerate(cells) if "parameters" in tags)
+        setup = cells[index + 1][0]
+        assert "page.check_parameters(globals()" in setup.split("page.setup(device)")[0], path.name
+        imported = {alias.asname or alias.name.split(".")[0]
+                    for node in ast.walk(ast.parse(setup))
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+        assert not imported & set(page.PARAMETERS), f"{path.name}: {imported & set(page.PARAMETERS)}"
+
+
+@pytest.mark.parametrize("values, word", [
+    (dict(n_freq=-3), "n_freq = -3"), (dict(n_freq=8.0), "an integer"),
+    (dict(n_freq=True), "n_freq"), (dict(grid="64"), "grid = '64'"),
+    (dict(lr=0), "lr = 0"), (dict(lr=math.nan), "lr"), (dict(dropout=1.0), "< 1"),
+    (dict(lengths=[]), "non-empty"), (dict(lengths=[128, -1]), "each"),
+    (dict(seeds=[0, 1.5]), "seeds"), (dict(fit_basis="legendre"), "fourier, cosine, cheb"),
+    (dict(solver="rk5"), "rk4-classic"), (dict(published_protocol="yes"), "True or False"),
+    (dict(device="tpu"), "-p device cpu"), (dict(d_model=16, n_heads=3), "-p n_heads 2"),
+    (dict(split_d_model=128, split_n_heads=3), "split_n_heads"),
+    (dict(split_val_every=0), "split_val_every"),
+    (dict(split_val_every=60, split_steps=40), "-p split_val_every 40"),
+])
+def test_an_invalid_parameter_is_one_line_naming_it_and_the_fix(values, word):
+    with pytest.raises(page.ParameterError) as err:
+        page.check_parameters(values)
+    message = str(err.value)
+    assert word in message and "\n" not in message and "-p " in message, message
+    assert err.value._render_traceback_() == [f"ParameterError: {message}"]
+
+
+def test_valid_odd_parameters_pass_and_even_heads_is_asked_for():
+    page.check_parameters(dict(n_freq=1, lr=1, seeds=[0], d_model=18, n_heads=3, dropout=0.0,
+                               penalty_weights=[0, 1e-3], published_protocol=False, device="cpu"))
+    page.check_parameters(dict(d_model=18, n_heads=3))
+    with pytest.raises(page.ParameterError, match="even"):
+        page.check_parameters(dict(d_model=12, n_heads=4), even_heads=True)
+
+
+# ------------------------------------------------------------------ the notebooks executed
+
+@pytest.mark.parametrize("name, changes", [(n, c) for n, cases in VALID.items() for c in cases],
+                         ids=lambda x: x if isinstance(x, str) else ",".join(map(str, x)))
+def test_notebook_runs_to_its_end_with_other_parameters(name, changes, book_root):
+    _execute(name, changes, book_root)
+    assert (book_root / "notebooks" / f"{name}.ipynb").is_file()
+
+
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_invalid_parameter_stops_the_notebook_in_one_line(name, book_root):
+    from catlib.book.errors import NotebookFailed
+    changes, word = INVALID[name]
+    with pytest.raises(NotebookFailed) as err:
+        _execute(name, changes, book_root)
+    cause = err.value.cause
+    assert cause.startswith("ParameterError: ") and word in cause and "\n" not in cause, cause
+    assert "-p " in cause, cause
+
+
+# ------------------------------------------------------------------ the book's own findings
+
+# Claims that the smoke references print as False on purpose: the corrected bases have no
+# mirror symmetry (01's "fourier" line prints True).
+EXPECTED_FALSE = {("01_spectral_kernels", "cosine", "K(s,t) = K(1-s,t) = K(s,1-t)"),
+                  ("01_spectral_kernels", "cheb", "K(s,t) = K(1-s,t) = K(s,1-t)")}
+CLAIM = re.compile(r"([^:]+?): (True|False)\b")
+
+
+def checked_claims(path: Path) -> list[tuple[str, str, bool]]:
+    """``(first word of the line, claim, value)`` of every "claim: True/False" that the
+    ``NBVAL_CHECK_OUTPUT`` cells of an executed notebook printed."""
+    claims = []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code" or "# NBVAL_CHECK_OUTPUT" not in "".join(cell["source"]):
+            continue
+        text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
+                       if o.get("output_type") == "stream")
+        for line in text.splitlines():
+            first = line.split()[0] if line.split() else ""
+            claims += [(first, c.strip(), v == "True") for c, v in CLAIM.findall(line)]
+    return claims
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "nbval").glob("*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_smoke_references_state_the_books_findings(path):
+    """The notebooks state their findings instead of asserting them; for the book's smoke
+    profile (the nbval references, which nbval compares every execution with) each stated
+    check holds, so a finding that stops holding fails here, not silently in the text."""
+    claims = checked_claims(path)
+    assert claims, f"{path.name}: no checked claims found"
+    wrong = [f"{first} {claim}" for first, claim, value in claims
+             if not value and (path.stem, first, claim) not in EXPECTED_FALSE]
+    assert not wrong, f"{path.name} (smoke profile) states as False: {wrong}"
