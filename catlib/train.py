@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import random
 import signal
@@ -211,17 +212,28 @@ class SideBySide:
         batch = self.sampler()  # x, y [B, seq]: the global batch (the same on every rank)
         x, y = (distributed.shard(t).to(self.device) for t in batch)  # this rank's rows
         m = {"kind": "train", "step": s}
+        losses = {}  # name -> 0-d tensor, still on the device: read once, below
+        try:
+            if self.cat is not None:
+                self.cat.train()
+                w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
+                losses["ce"], losses["loss"], losses["penalty"] = self._backward(
+                    self.cat, self.opt_cat, x, y, w, "CAT")
+            if self.base is not None:
+                self.base.train()
+                _, losses["base_loss"], _ = self._backward(self.base, self.opt_base, x, y, 0.0,
+                                                           "baseline")
+        except Exception:
+            _check_finite(_read(losses), s)  # a NaN loss can break its own backward pass
+            raise
+        values = _read(losses)   # the step's one host synchronisation: metrics and verdict
+        _check_finite(values, s)  # before any parameter changes
         if self.cat is not None:
-            self.cat.train()
-            w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
-            ce, loss, pen = self._backward(self.cat, self.opt_cat, x, y, w, "CAT")
             nfe = self.cat.nfe
-            m.update(ce=ce.item(), loss=loss.item(), penalty=pen.item(), pen_w=w,
+            m.update(ce=values["ce"], loss=values["loss"], penalty=values["penalty"], pen_w=w,
                      nfe_forward=nfe["forward"], nfe_backward=nfe["backward"])
         if self.base is not None:
-            self.base.train()
-            _, bloss, _ = self._backward(self.base, self.opt_base, x, y, 0.0, "baseline")
-            m["base_loss"] = bloss.item()
+            m["base_loss"] = values["base_loss"]
 
         with _defer_sigint():
             for opt in (self.opt_cat, self.opt_base):
@@ -238,10 +250,12 @@ class SideBySide:
     def _backward(self, model, optimiser, x, y, pen_w: float, which: str):
         """Loss ``CE + pen_w * penalty`` of one model on x, y [B, seq], and its gradients.
 
-        Returns (ce, loss, penalty); raises NonFiniteLoss before any gradient is written.
-        Under torchrun x, y are this rank's rows, the model is in DistributedDataParallel
-        (which averages the gradients: the penalty, the same on every rank, counts once)
-        and the returned ce and loss are the global-batch means.
+        Returns (ce, loss, penalty), 0-d tensors on the device, not read (no host
+        synchronisation: :meth:`train_step` reads every loss of the step at once and checks
+        them before any parameter changes). Under torchrun x, y are this rank's rows, the
+        model is in DistributedDataParallel (which averages the gradients: the penalty, the
+        same on every rank, counts once) and the returned ce and loss are the global-batch
+        means, so that every rank reaches the same verdict on a non-finite loss.
         """
         if distributed.active() and which not in self._ddp:
             self._ddp[which] = distributed.wrap(model, self.device)
@@ -250,7 +264,6 @@ class SideBySide:
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss = ce + pen_w * pen if pen_w else ce
         ce_all, loss_all = distributed.mean(ce, loss)  # ce, loss themselves in one process
-        _check_finite(loss_all, self.step, which)  # the same verdict on every rank
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         return ce_all, loss_all, pen
@@ -291,9 +304,28 @@ class SideBySide:
         _set_rng_state(state["rng"])
 
 
-def _check_finite(loss: torch.Tensor, step: int, which: str) -> None:
-    if not torch.isfinite(loss):
-        raise NonFiniteLoss(step, which, loss.item())
+def _read(values: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Python floats of the 0-d tensors ``values``, in ONE device-to-host read.
+
+    The tensors are stacked in a dtype that holds each exactly (float32 values stay float32;
+    a mix is widened), so every float equals what ``.item()`` of its tensor gives.
+    """
+    if not values:
+        return {}
+    tensors = [v.detach().reshape(()) for v in values.values()]
+    dtype = functools.reduce(torch.promote_types, (t.dtype for t in tensors))
+    return dict(zip(values, torch.stack([t.to(dtype) for t in tensors]).tolist()))
+
+
+# The loss whose value decides the verdict, per model, in the order they are trained.
+_VERDICT = (("loss", "CAT"), ("base_loss", "baseline"))
+
+
+def _check_finite(values: dict[str, float], step: int) -> None:
+    """NonFiniteLoss naming the first model (CAT, then the baseline) whose loss is NaN or inf."""
+    for key, which in _VERDICT:
+        if key in values and not math.isfinite(values[key]):
+            raise NonFiniteLoss(step, which, values[key])
 
 
 def train_loop(trainer: SideBySide, *, val_ids: torch.Tensor | None = None,
