@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import os
 import random
 import signal
 import threading
@@ -48,7 +49,9 @@ class TrainConfig:
     Only ``train_steps, lr, batch, seq, seed, split, models`` change the trained weights
     (:meth:`identity`); the others control logging, checkpoints and time. ``split`` is the
     corpus split (:data:`catlib.data.SPLITS`); ``models`` the models trained: both, as
-    published, or only ``("cat",)`` or ``("base",)``.
+    published, or only ``("cat",)`` or ``("base",)``. ``deterministic``: only kernels that
+    give the same bits on every run (:func:`make_deterministic`); on the CPU the numbers
+    are the same either way, on CUDA it decides whether a rerun repeats them bit for bit.
     """
 
     train_steps: int = 800
@@ -63,6 +66,7 @@ class TrainConfig:
     budget: float | None = None  # wall-clock seconds for this session's training
     split: str = "published"
     models: tuple = MODELS
+    deterministic: bool = False  # deterministic kernels (see make_deterministic)
 
     def __post_init__(self) -> None:
         if isinstance(self.models, (list, str)):  # from JSON, or a single name
@@ -92,6 +96,8 @@ class TrainConfig:
                 or not set(self.models) <= set(MODELS):
             raise ValueError(f"models must be one or both of {list(MODELS)}, without repeats, "
                              f"got {list(self.models)!r}")
+        if not isinstance(self.deterministic, bool):
+            raise ValueError(f"deterministic must be True or False, got {self.deterministic!r}")
         if self.budget is not None and not self.budget > 0:
             raise ValueError(f"budget must be a positive number of seconds, got {self.budget!r}")
         if causal is False and "cat" in self.models and self.seq < 2:
@@ -126,28 +132,57 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+CUBLAS_WORKSPACE = ":4096:8"  # cuBLAS's documented setting for reproducible results
+
+
+def make_deterministic() -> None:
+    """Only deterministic kernels from now on, in this process: torch's
+    ``use_deterministic_algorithms(True)`` (an operation without a deterministic kernel then
+    raises, naming itself), cuDNN's autotuner off, and ``CUBLAS_WORKSPACE_CONFIG`` (which
+    CUDA >= 10.2 needs for reproducible matrix products) set to :data:`CUBLAS_WORKSPACE`
+    unless already set. cuBLAS reads that variable when its first handle is made: set it in
+    the environment before a process that has already used CUDA trains. torch's switch is
+    process-wide; env.json records its state for each run.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+
+
 def penalty_weight(step: int, train_steps: int, sob_lambda: float, once: bool) -> float:
     """Weight of the returned penalty at 0-based ``step`` (see the module docstring)."""
     schedule = max(0.2, 1.0 - step / train_steps)
     return schedule if once else sob_lambda * schedule
 
 
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return mps is not None and mps.is_available()
+
+
 def _rng_state() -> dict:
+    """The global generators' states: torch's CPU one, python's, numpy's, and CUDA's
+    (every device, once CUDA is initialised) and MPS's where present."""
     name, key, pos, has_gauss, gauss = np.random.get_state()
     state = {"torch": torch.get_rng_state(), "python": random.getstate(),
              "numpy": [name, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss]}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    if _mps_available():
+        state["mps"] = torch.mps.get_rng_state()
     return state
 
 
 def _set_rng_state(state: dict) -> None:
+    """Restore :func:`_rng_state`'s states (a device's state only where the device is)."""
     torch.set_rng_state(state["torch"])
     name, key, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((name, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    if "mps" in state and _mps_available():
+        torch.mps.set_rng_state(state["mps"])
 
 
 @contextlib.contextmanager
@@ -180,6 +215,8 @@ class SideBySide:
                  train_ids: torch.Tensor, device: str | torch.device = "cpu"):
         train_config.validate(len(train_ids))
         self.config, self.tc, self.device = model_config.resolved(), train_config, torch.device(device)
+        if train_config.deterministic:
+            make_deterministic()  # before the first kernel runs
         seed_everything(train_config.seed)
         self.cat = CAT(self.config).to(self.device) if "cat" in train_config.models else None
         self.base = Baseline(self.config).to(self.device) if "base" in train_config.models else None
