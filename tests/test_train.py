@@ -193,3 +193,20 @@ def test_train_config_validation():
     assert TrainConfig(models=("base",)).identity() != TrainConfig().identity()
     with pytest.raises(ValueError, match="seq must be at most 49998"):
         TrainConfig(seq=50000).validate(50000)
+
+
+def test_deterministic_gives_the_same_numbers_on_the_cpu(corpus, monkeypatch):
+    """On the CPU every kernel used is deterministic already: the option changes no bit."""
+    from catlib.provenance import determinism
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    _, plain = _run(corpus, steps=2)
+    assert determinism()["algorithms"] is False
+    try:
+        _, det = _run(corpus, steps=2, deterministic=True)
+        assert determinism() == {"algorithms": True, "cublas_workspace_config": ":4096:8"}
+    finally:
+        torch.use_deterministic_algorithms(False)   # torch's switch is process-wide
+    assert _losses(det) == _losses(plain)
+    with pytest.raises(ValueError, match="deterministic must be True or False"):
+        TrainConfig(deterministic="yes").validate()
