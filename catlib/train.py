@@ -250,19 +250,15 @@ class SideBySide:
         x, y = (distributed.shard(t).to(self.device) for t in batch)  # this rank's rows
         m = {"kind": "train", "step": s}
         losses = {}  # name -> 0-d tensor, still on the device: read once, below
-        try:
-            if self.cat is not None:
-                self.cat.train()
-                w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
-                losses["ce"], losses["loss"], losses["penalty"] = self._backward(
-                    self.cat, self.opt_cat, x, y, w, "CAT")
-            if self.base is not None:
-                self.base.train()
-                _, losses["base_loss"], _ = self._backward(self.base, self.opt_base, x, y, 0.0,
-                                                           "baseline")
-        except Exception:
-            _check_finite(_read(losses), s)  # a NaN loss can break its own backward pass
-            raise
+        if self.cat is not None:
+            self.cat.train()
+            w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
+            losses["ce"], losses["loss"], losses["penalty"] = self._backward(
+                self.cat, self.opt_cat, x, y, w, "CAT")
+        if self.base is not None:
+            self.base.train()
+            _, losses["base_loss"], _ = self._backward(self.base, self.opt_base, x, y, 0.0,
+                                                       "baseline")
         values = _read(losses)   # the step's one host synchronisation: metrics and verdict
         _check_finite(values, s)  # before any parameter changes
         if self.cat is not None:
@@ -302,7 +298,12 @@ class SideBySide:
         loss = ce + pen_w * pen if pen_w else ce
         ce_all, loss_all = distributed.mean(ce, loss)  # ce, loss themselves in one process
         optimiser.zero_grad(set_to_none=True)
-        loss.backward()
+        try:
+            loss.backward()
+        except Exception:  # a NaN loss can break its own backward pass (an adaptive solver)
+            _check_finite({key: loss_all.item() for key, name in _VERDICT if name == which},
+                          self.step)
+            raise
         return ce_all, loss_all, pen
 
     def validate(self, val_ids: torch.Tensor) -> dict:
