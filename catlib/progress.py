@@ -67,8 +67,9 @@ class PoolProgress:
     :meth:`finished` marks a job done (``reused``: it trained nothing here); :meth:`line`
     is the text; :meth:`running` shows it while a block runs: ``echo(line)`` every ``every``
     seconds, or, when ``stream`` is a terminal, the line rewritten in place every
-    ``refresh`` seconds (``echo`` then prints the other lines, above it); once shown, it
-    is printed a last time when the block ends. A pool done sooner shows nothing.
+    ``refresh`` seconds (``echo`` then prints the other lines, above it); ``every=0``: not
+    shown. Once shown, it is printed a last time when the block ends; a pool done before
+    the first refresh shows nothing.
     """
 
     def __init__(self, costs: Sequence[float], totals: Sequence[int], steps, *,
@@ -128,8 +129,8 @@ class _Shown:
 
     def __init__(self, progress: PoolProgress, echo, every: float, refresh: float, stream):
         self.progress, self.echo, self.stream = progress, echo, stream
-        self.live = echo is not None and _is_terminal(stream)
-        self.period = refresh if self.live else every
+        self.live = bool(every) and echo is not None and _is_terminal(stream)
+        self.period = (refresh if self.live else every) if every else 0  # 0: not shown
         self.stop = threading.Event()
         self.shown = False          # whether the line was shown (a quick pool shows none)
         self.lock = threading.Lock()
