@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import math
 import os
 import signal
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 TIMEOUT_ENV = "CATLIB_DDP_TIMEOUT"
 DEFAULT_TIMEOUT = 120.0
@@ -169,41 +168,39 @@ class Gate:
 
 # ---------------------------------------------------------------- dropout of one process
 
-def _dropout(input, p=0.5, training=True, inplace=False):
-    """F.dropout with the rows of the mask one process draws for the global batch."""
-    if not training or p == 0.0 or input.dim() == 0:
-        return _F_DROPOUT(input, p, training, inplace)
-    if p == 1.0:
-        return input.mul_(0) if inplace else input * 0
-    # The mask is drawn in memory order (empty_like keeps the strides): draw the global one
-    # in the memory layout of the input (e.g. [T, B, D] behind a transposed [B, T, D]).
-    rows = input.shape[0]
-    order = sorted(range(input.dim()), key=lambda d: -input.stride(d))  # outermost first
-    shape = [rows * world_size() if d == 0 else input.shape[d] for d in order]
-    full = torch.empty(shape, dtype=input.dtype, device=input.device).bernoulli_(1 - p)
-    full = full.permute([order.index(d) for d in range(input.dim())])
-    noise = full[rank() * rows:(rank() + 1) * rows].div_(1 - p)
-    return input.mul_(noise) if inplace else input * noise
+def _global_rows_bernoulli_(noise: torch.Tensor, p: float = 0.5, **kwargs) -> torch.Tensor:
+    """``noise.bernoulli_(p)`` with this rank's rows of the mask one process draws for the
+    global batch: rows [rank * B_r, (rank + 1) * B_r) of a [B_r * world_size, ...] draw.
+
+    The mask is drawn in memory order (dropout's ``empty_like`` keeps the input's strides),
+    so the global one is drawn in the memory layout of ``noise`` (e.g. [T, B, D] behind a
+    transposed [B, T, D]), and its slice is exactly what one process would have used.
+    """
+    if noise.dim() == 0 or kwargs.get("generator") is not None:
+        return noise.bernoulli_(p, **kwargs)
+    rows = noise.shape[0]
+    order = sorted(range(noise.dim()), key=lambda d: -noise.stride(d))  # outermost first
+    shape = [rows * world_size() if d == 0 else noise.shape[d] for d in order]
+    full = torch.empty(shape, dtype=noise.dtype, device=noise.device).bernoulli_(p)
+    full = full.permute([order.index(d) for d in range(noise.dim())])
+    return noise.copy_(full[rank() * rows:(rank() + 1) * rows])
 
 
-def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-          **kw):
-    """F.scaled_dot_product_attention; with dropout, its math path with :func:`_dropout`."""
-    if dropout_p == 0.0 or kw:
-        return _F_SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
-                       is_causal=is_causal, scale=scale, **kw)
-    s = scale if scale is not None else 1 / math.sqrt(query.shape[-1])
-    att = (query @ key.transpose(-2, -1)) * s  # [B, H, Tq, Tk]
-    if is_causal:
-        keep = torch.ones(att.shape[-2:], dtype=torch.bool, device=att.device).tril()
-        att = att.masked_fill(~keep, float("-inf"))
-    if attn_mask is not None:
-        att = att.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
-            else att + attn_mask
-    return _dropout(att.softmax(-1), dropout_p) @ value
+class _GlobalBatchMasks(TorchDispatchMode):
+    """Every dropout mask drawn while the mode is on is this rank's slice of the global one.
 
+    Dropout on the CPU, whichever way it is reached (``nn.Dropout``, ``F.dropout``, the
+    attention weights of ``nn.MultiheadAttention`` and of ``scaled_dot_product_attention``),
+    draws its mask with one ``aten.bernoulli_.float`` on a tensor shaped like its input,
+    rows first; the mode intercepts that one operation. A dispatch mode lives on this
+    thread's stack while the ``with`` block runs: nothing of torch is replaced, and other
+    threads and other models are not affected.
+    """
 
-_F_DROPOUT, _F_SDPA = F.dropout, F.scaled_dot_product_attention
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.bernoulli_.float:
+            return _global_rows_bernoulli_(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
 
 
 @contextlib.contextmanager
@@ -214,11 +211,8 @@ def consistent_dropout(device: torch.device):
     if not active() or device.type != "cpu":
         yield
         return
-    F.dropout, F.scaled_dot_product_attention = _dropout, _sdpa
-    try:
+    with _GlobalBatchMasks():
         yield
-    finally:
-        F.dropout, F.scaled_dot_product_attention = _F_DROPOUT, _F_SDPA
 
 
 def fault_point(step: int) -> None:

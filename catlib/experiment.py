@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -31,6 +31,8 @@ from .eval_config import EvalConfig
 from .evaluate import context_table, n_windows
 from .experiment_config import ExperimentConfig
 from .extrapolation import position_ce
+from .progress import PoolProgress, reporter, shared_steps
+from .progress import attach as attach_progress
 from .provenance import code_fingerprint
 from .runs import Run, atomic_write_text, run_lock, train_run, weights_digest
 from .train import TrainConfig
@@ -162,7 +164,8 @@ def worker_devices(device, jobs: int | None = None, devices=None) -> list[str]:
 def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, device,
                seeds=None, curve: bool = True, dropout_on: list | None = None,
                jobs: int | None = None, devices=None,
-               echo: Callable[[str], None] | None = print) -> dict[tuple[str, int], Run]:
+               echo: Callable[[str], None] | None = print,
+               progress_every: float = 30.0) -> dict[tuple[str, int], Run]:
     """Train (or reuse) the run of every row and seed of a grid, and score each.
 
     ``experiment``: the sizes, training and evaluation the rows share; ``seeds``: a list
@@ -177,7 +180,10 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
     The runs are independent: on the CPU they train in parallel processes, ``jobs`` at a
     time, each on one thread, so that the numbers do not depend on ``jobs``; on CUDA with
     several ``devices``, one process per device takes every n-th run
-    (:func:`worker_devices`). The costliest jobs start first. Returns
+    (:func:`worker_devices`). The costliest jobs start first. While they run, ``echo``
+    shows one progress line (:class:`~catlib.progress.PoolProgress`): runs done, steps done
+    across the workers, time left; in place on a terminal, else a line every
+    ``progress_every`` seconds (0: none), so that a log file shows it too. Returns
     ``{(label, seed): Run}``; rows that share a run share the Run object, whose ``reused``
     says whether this call found it finished (False: it trained it).
     """
@@ -205,13 +211,19 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
     specs = dict(sorted(specs.items(), key=lambda item: -_expected_cost(item[1])))
     for i, spec in enumerate(specs.values()):
         spec["device"] = slots[i % len(slots)]
-    if len(slots) > 1 and len(specs) > 1:
-        done = _in_workers(specs, owners, slots, echo)
-    else:
-        done = {}
-        for key, spec in specs.items():
-            done[key] = _train_job(spec)
-            _say(echo, owners[key], done[key])
+        spec["index"] = i                      # its entry in the progress array
+    context = multiprocessing.get_context("spawn")   # a clean interpreter: safe in kernels
+    line = PoolProgress([_expected_cost(s) for s in specs.values()],
+                        [s["train"]["train_steps"] for s in specs.values()],
+                        shared_steps(context, len(specs)))
+    with line.running(echo, every=progress_every) as say:
+        if len(slots) > 1 and len(specs) > 1:
+            done = _in_workers(specs, owners, slots, say, context, line)
+        else:
+            done = {}
+            for key, spec in specs.items():
+                done[key] = _train_job(spec, line.steps)
+                _finished(line, spec, done[key], say, owners[key])
     out = {}
     for key, spec in specs.items():   # finished now: open each run with its stored evaluation
         run = train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
@@ -243,12 +255,14 @@ def _seeds_of(seeds) -> Callable[[str], list]:
     return seeds if callable(seeds) else (lambda label, fixed=list(seeds): fixed)
 
 
-def _in_workers(specs: dict, owners: dict, slots: list[str], echo) -> dict:
+def _in_workers(specs: dict, owners: dict, slots: list[str], say, context,
+                line: PoolProgress) -> dict:
     """Run the specs in worker processes: on the CPU a shared pool of len(slots) processes;
-    on GPUs one process per device, each taking the runs assigned to it, in order.
-    Returns each job's result (:func:`_train_job`) by spec key."""
-    context = multiprocessing.get_context("spawn")   # a clean interpreter: safe in kernels
-    start = dict(mp_context=context, initializer=_exit_with_parent, initargs=(os.getpid(),))
+    on GPUs one process per device, each taking the runs assigned to it, in order. The
+    workers report their steps into ``line``'s shared array. Returns each job's result
+    (:func:`_train_job`) by spec key."""
+    start = dict(mp_context=context, initializer=_start_worker,
+                 initargs=(os.getpid(), line.steps))
     if slots[0] == "cpu":
         pools = [ProcessPoolExecutor(min(len(slots), len(specs)), **start)]
         pool_of = lambda spec: pools[0]                                  # noqa: E731
@@ -257,21 +271,34 @@ def _in_workers(specs: dict, owners: dict, slots: list[str], echo) -> dict:
         pools = list(by_device.values())
         pool_of = lambda spec: by_device[spec["device"]]                 # noqa: E731
     try:
-        futures = {key: pool_of(spec).submit(_train_job, spec) for key, spec in specs.items()}
+        futures = {pool_of(spec).submit(_train_job, spec): key for key, spec in specs.items()}
         done = {}
-        for key, future in futures.items():
+        for future in as_completed(futures):      # each run reported as soon as it ends
+            key = futures[future]
             done[key] = future.result()
-            _say(echo, owners[key], done[key])
-        return done
+            _finished(line, specs[key], done[key], say, owners[key])
+        return {key: done[key] for key in specs}
     finally:
         for pool in pools:
             pool.shutdown(cancel_futures=True)
+
+
+def _finished(line: PoolProgress, spec: dict, done: dict, say, owners) -> None:
+    """A job has ended: count it in the progress line and say which rows it served."""
+    line.finished(spec["index"], reused=done["reused"])
+    _say(say, owners, done)
 
 
 def _say(echo, owners, done: dict) -> None:
     if echo:
         rows = ", ".join(f"{label} (seed {seed})" for label, seed in owners)
         echo(f"{rows}: {'reused' if done['reused'] else 'trained'} run {done['name']}")
+
+
+def _start_worker(parent: int, steps) -> None:
+    """A worker's initializer: exit with its parent, report steps into ``steps``."""
+    _exit_with_parent(parent)
+    attach_progress(steps)
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -284,8 +311,10 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _train_job(spec: dict) -> dict:
-    """Train, evaluate and score one run (a worker process, or in-process on one thread)."""
+def _train_job(spec: dict, steps=None) -> dict:
+    """Train, evaluate and score one run (a worker process, or in-process on one thread);
+    its steps go to the progress array (``steps``, or the worker's own, see
+    :func:`catlib.progress.attach`)."""
     threads = torch.get_num_threads()
     if spec["device"] == "cpu":
         torch.set_num_threads(1)
@@ -293,7 +322,8 @@ def _train_job(spec: dict) -> dict:
         tc = TrainConfig(**spec["train"])
         run = train_run(CATConfig.from_dict(spec["model"]), tc, root=spec["root"],
                         device=spec["device"], lengths=spec["lengths"],
-                        eval_windows=spec["eval_windows"], progress=False, echo=None)
+                        eval_windows=spec["eval_windows"], progress=False, echo=None,
+                        on_step=reporter(spec["index"], steps) if "index" in spec else None)
         corpus = load_corpus(split=tc.split) if spec["curve_length"] or spec["dropout_on"] else None
         if spec["curve_length"]:
             n = n_windows(len(corpus.val), spec["curve_length"], spec["curve_windows"])

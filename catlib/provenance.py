@@ -55,7 +55,8 @@ def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
 def environment(packages, device=None, root: Path = REPO_ROOT) -> dict:
     """Where a result is computed: Python, platform, usable CPUs, the versions of
     ``packages`` (None where absent) and the git state of ``root``; with a ``device``,
-    its type and name and torch's thread count. Runs write it to ``env.json``, the book
+    its type and name, torch's thread count and build, and whether only deterministic
+    kernels run (:func:`determinism`). Runs write it to ``env.json``, the book
     runner to its report."""
     env = {"python": platform.python_version(), "platform": platform.platform(),
            "cpus": usable_cpus(), "versions": package_versions(packages), "git": git_state(root)}
@@ -65,7 +66,17 @@ def environment(packages, device=None, root: Path = REPO_ROOT) -> dict:
                                                        if device.type == "cuda" else str(device))}
         env["torch_threads"] = torch.get_num_threads()
         env["torch_build"] = torch_build(device)
+        env["deterministic"] = determinism()
     return env
+
+
+def determinism() -> dict:
+    """Whether torch runs only deterministic kernels now (``TrainConfig.deterministic``), and
+    the cuBLAS workspace setting that CUDA's reproducible matrix products need."""
+    import torch
+
+    return {"algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
 
 
 def torch_build(device) -> dict:

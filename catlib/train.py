@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
+import os
 import random
 import signal
 import threading
@@ -48,7 +50,9 @@ class TrainConfig:
     Only ``train_steps, lr, batch, seq, seed, split, models`` change the trained weights
     (:meth:`identity`); the others control logging, checkpoints and time. ``split`` is the
     corpus split (:data:`catlib.data.SPLITS`); ``models`` the models trained: both, as
-    published, or only ``("cat",)`` or ``("base",)``.
+    published, or only ``("cat",)`` or ``("base",)``. ``deterministic``: only kernels that
+    give the same bits on every run (:func:`make_deterministic`); on the CPU the numbers
+    are the same either way, on CUDA it decides whether a rerun repeats them bit for bit.
     """
 
     train_steps: int = 800
@@ -63,6 +67,7 @@ class TrainConfig:
     budget: float | None = None  # wall-clock seconds for this session's training
     split: str = "published"
     models: tuple = MODELS
+    deterministic: bool = False  # deterministic kernels (see make_deterministic)
 
     def __post_init__(self) -> None:
         if isinstance(self.models, (list, str)):  # from JSON, or a single name
@@ -92,6 +97,8 @@ class TrainConfig:
                 or not set(self.models) <= set(MODELS):
             raise ValueError(f"models must be one or both of {list(MODELS)}, without repeats, "
                              f"got {list(self.models)!r}")
+        if not isinstance(self.deterministic, bool):
+            raise ValueError(f"deterministic must be True or False, got {self.deterministic!r}")
         if self.budget is not None and not self.budget > 0:
             raise ValueError(f"budget must be a positive number of seconds, got {self.budget!r}")
         if causal is False and "cat" in self.models and self.seq < 2:
@@ -126,28 +133,57 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+CUBLAS_WORKSPACE = ":4096:8"  # cuBLAS's documented setting for reproducible results
+
+
+def make_deterministic() -> None:
+    """Only deterministic kernels from now on, in this process: torch's
+    ``use_deterministic_algorithms(True)`` (an operation without a deterministic kernel then
+    raises, naming itself), cuDNN's autotuner off, and ``CUBLAS_WORKSPACE_CONFIG`` (which
+    CUDA >= 10.2 needs for reproducible matrix products) set to :data:`CUBLAS_WORKSPACE`
+    unless already set. cuBLAS reads that variable when its first handle is made: set it in
+    the environment before a process that has already used CUDA trains. torch's switch is
+    process-wide; env.json records its state for each run.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+
+
 def penalty_weight(step: int, train_steps: int, sob_lambda: float, once: bool) -> float:
     """Weight of the returned penalty at 0-based ``step`` (see the module docstring)."""
     schedule = max(0.2, 1.0 - step / train_steps)
     return schedule if once else sob_lambda * schedule
 
 
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return mps is not None and mps.is_available()
+
+
 def _rng_state() -> dict:
+    """The global generators' states: torch's CPU one, python's, numpy's, and CUDA's
+    (every device, once CUDA is initialised) and MPS's where present."""
     name, key, pos, has_gauss, gauss = np.random.get_state()
     state = {"torch": torch.get_rng_state(), "python": random.getstate(),
              "numpy": [name, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss]}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    if _mps_available():
+        state["mps"] = torch.mps.get_rng_state()
     return state
 
 
 def _set_rng_state(state: dict) -> None:
+    """Restore :func:`_rng_state`'s states (a device's state only where the device is)."""
     torch.set_rng_state(state["torch"])
     name, key, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((name, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    if "mps" in state and _mps_available():
+        torch.mps.set_rng_state(state["mps"])
 
 
 @contextlib.contextmanager
@@ -180,6 +216,8 @@ class SideBySide:
                  train_ids: torch.Tensor, device: str | torch.device = "cpu"):
         train_config.validate(len(train_ids))
         self.config, self.tc, self.device = model_config.resolved(), train_config, torch.device(device)
+        if train_config.deterministic:
+            make_deterministic()  # before the first kernel runs
         seed_everything(train_config.seed)
         self.cat = CAT(self.config).to(self.device) if "cat" in train_config.models else None
         self.base = Baseline(self.config).to(self.device) if "base" in train_config.models else None
@@ -212,17 +250,24 @@ class SideBySide:
         batch = self.sampler()  # x, y [B, seq]: the global batch (the same on every rank)
         x, y = (distributed.shard(t).to(self.device) for t in batch)  # this rank's rows
         m = {"kind": "train", "step": s}
+        losses = {}  # name -> 0-d tensor, still on the device: read once, below
         if self.cat is not None:
             self.cat.train()
             w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
-            ce, loss, pen = self._backward(self.cat, self.opt_cat, x, y, w, "CAT")
-            nfe = self.cat.nfe
-            m.update(ce=ce.item(), loss=loss.item(), penalty=pen.item(), pen_w=w,
-                     nfe_forward=nfe["forward"], nfe_backward=nfe["backward"])
+            losses["ce"], losses["loss"], losses["penalty"] = self._backward(
+                self.cat, self.opt_cat, x, y, w, "CAT")
         if self.base is not None:
             self.base.train()
-            _, bloss, _ = self._backward(self.base, self.opt_base, x, y, 0.0, "baseline")
-            m["base_loss"] = bloss.item()
+            _, losses["base_loss"], _ = self._backward(self.base, self.opt_base, x, y, 0.0,
+                                                       "baseline")
+        values = _read(losses)   # the step's one host synchronisation: metrics and verdict
+        _check_finite(values, s)  # before any parameter changes
+        if self.cat is not None:
+            nfe = self.cat.nfe
+            m.update(ce=values["ce"], loss=values["loss"], penalty=values["penalty"], pen_w=w,
+                     nfe_forward=nfe["forward"], nfe_backward=nfe["backward"])
+        if self.base is not None:
+            m["base_loss"] = values["base_loss"]
 
         with _defer_sigint():
             for opt in (self.opt_cat, self.opt_base):
@@ -239,10 +284,12 @@ class SideBySide:
     def _backward(self, model, optimiser, x, y, pen_w: float, which: str):
         """Loss ``CE + pen_w * penalty`` of one model on x, y [B, seq], and its gradients.
 
-        Returns (ce, loss, penalty); raises NonFiniteLoss before any gradient is written.
-        Under torchrun x, y are this rank's rows, the model is in DistributedDataParallel
-        (which averages the gradients: the penalty, the same on every rank, counts once)
-        and the returned ce and loss are the global-batch means.
+        Returns (ce, loss, penalty), 0-d tensors on the device, not read (no host
+        synchronisation: :meth:`train_step` reads every loss of the step at once and checks
+        them before any parameter changes). Under torchrun x, y are this rank's rows, the
+        model is in DistributedDataParallel (which averages the gradients: the penalty, the
+        same on every rank, counts once) and the returned ce and loss are the global-batch
+        means, so that every rank reaches the same verdict on a non-finite loss.
         """
         if distributed.active() and which not in self._ddp:
             self._ddp[which] = distributed.wrap(model, self.device)
@@ -251,9 +298,13 @@ class SideBySide:
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss = ce + pen_w * pen if pen_w else ce
         ce_all, loss_all = distributed.mean(ce, loss)  # ce, loss themselves in one process
-        _check_finite(loss_all, self.step, which)  # the same verdict on every rank
         optimiser.zero_grad(set_to_none=True)
-        loss.backward()
+        try:
+            loss.backward()
+        except Exception:  # a NaN loss can break its own backward pass (an adaptive solver)
+            _check_finite({key: loss_all.item() for key, name in _VERDICT if name == which},
+                          self.step)
+            raise
         return ce_all, loss_all, pen
 
     def validate(self, val_ids: torch.Tensor) -> dict:
@@ -292,9 +343,28 @@ class SideBySide:
         _set_rng_state(state["rng"])
 
 
-def _check_finite(loss: torch.Tensor, step: int, which: str) -> None:
-    if not torch.isfinite(loss):
-        raise NonFiniteLoss(step, which, loss.item())
+def _read(values: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Python floats of the 0-d tensors ``values``, in ONE device-to-host read.
+
+    The tensors are stacked in a dtype that holds each exactly (float32 values stay float32;
+    a mix is widened), so every float equals what ``.item()`` of its tensor gives.
+    """
+    if not values:
+        return {}
+    tensors = [v.detach().reshape(()) for v in values.values()]
+    dtype = functools.reduce(torch.promote_types, (t.dtype for t in tensors))
+    return dict(zip(values, torch.stack([t.to(dtype) for t in tensors]).tolist()))
+
+
+# The loss whose value decides the verdict, per model, in the order they are trained.
+_VERDICT = (("loss", "CAT"), ("base_loss", "baseline"))
+
+
+def _check_finite(values: dict[str, float], step: int) -> None:
+    """NonFiniteLoss naming the first model (CAT, then the baseline) whose loss is NaN or inf."""
+    for key, which in _VERDICT:
+        if key in values and not math.isfinite(values[key]):
+            raise NonFiniteLoss(step, which, values[key])
 
 
 def train_loop(trainer: SideBySide, *, val_ids: torch.Tensor | None = None,

@@ -213,3 +213,24 @@ def test_usable_cpus_without_an_affinity_call(monkeypatch):
         assert usable_cpus() == len(os.sched_getaffinity(0))
         monkeypatch.delattr(os, "sched_getaffinity")            # as on macOS
     assert usable_cpus() == (os.cpu_count() or 1)
+
+
+def test_checkpoint_carries_and_restores_the_mps_generator(corpus, monkeypatch):
+    """A resumed MPS run continues its MPS random stream: mocked where there is no MPS."""
+    import torch
+
+    from catlib import train
+    from catlib.nn.config import CATConfig
+
+    mps_state = {"now": torch.tensor([1, 2, 3], dtype=torch.uint8)}
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "get_rng_state", lambda *a: mps_state["now"].clone())
+    monkeypatch.setattr(torch.mps, "set_rng_state", lambda s, *a: mps_state.update(now=s.clone()))
+    t = train.SideBySide(CATConfig(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic",
+                                   solver_steps=1),
+                         train.TrainConfig(train_steps=2, batch=2, seq=8), corpus.train)
+    saved = t.state_dict()
+    assert torch.equal(saved["rng"]["mps"], torch.tensor([1, 2, 3], dtype=torch.uint8))
+    mps_state["now"] = torch.tensor([9, 9, 9], dtype=torch.uint8)   # the stream moved on
+    t.load_state_dict(saved)                                        # resume
+    assert torch.equal(mps_state["now"], torch.tensor([1, 2, 3], dtype=torch.uint8))

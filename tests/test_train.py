@@ -180,6 +180,20 @@ def test_nan_loss_stops_before_any_update(corpus):
     assert all(torch.equal(before[k], after[k]) for k in before if k != "proj.bias")
 
 
+
+def test_nan_loss_whose_backward_fails_is_reported_as_nan(corpus, monkeypatch):
+    # The losses are read after the backward passes (one read per step): a backward pass
+    # broken by the NaN (e.g. an adaptive solver giving up) must still say "loss is nan".
+    t = SideBySide(CATConfig(**TINY), TrainConfig(train_steps=5, batch=2, seq=16), corpus.train)
+    t.cat.proj.bias.data[0] = float("nan")
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("the solver gave up")
+    monkeypatch.setattr(torch.Tensor, "backward", broken)
+    with pytest.raises(NonFiniteLoss, match="CAT loss is nan at step 0"):
+        t.train_step()
+    assert t.step == 0
+
 def test_train_config_validation():
     # seed: numpy's global seed is 0..2**32-1 (a -1 used to fail after files were written)
     for bad in (dict(train_steps=0), dict(batch=-1), dict(lr=0.0), dict(lr=float("nan")),
@@ -193,3 +207,20 @@ def test_train_config_validation():
     assert TrainConfig(models=("base",)).identity() != TrainConfig().identity()
     with pytest.raises(ValueError, match="seq must be at most 49998"):
         TrainConfig(seq=50000).validate(50000)
+
+
+def test_deterministic_gives_the_same_numbers_on_the_cpu(corpus, monkeypatch):
+    """On the CPU every kernel used is deterministic already: the option changes no bit."""
+    from catlib.provenance import determinism
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    _, plain = _run(corpus, steps=2)
+    assert determinism()["algorithms"] is False
+    try:
+        _, det = _run(corpus, steps=2, deterministic=True)
+        assert determinism() == {"algorithms": True, "cublas_workspace_config": ":4096:8"}
+    finally:
+        torch.use_deterministic_algorithms(False)   # torch's switch is process-wide
+    assert _losses(det) == _losses(plain)
+    with pytest.raises(ValueError, match="deterministic must be True or False"):
+        TrainConfig(deterministic="yes").validate()

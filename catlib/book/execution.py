@@ -39,7 +39,8 @@ def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
             with _stop_kernel_on_ctrl_c(interrupted):
                 pm.execute_notebook(str(source), str(partial), parameters=parameters,
                                     kernel_name="python3", cwd=str(output_dir), progress_bar=False,
-                                    request_save_on_cell_execute=False, execution_timeout=timeout)
+                                    request_save_on_cell_execute=False, execution_timeout=timeout,
+                                    config=kernel_config())
         except Exception as err:  # noqa: BLE001 - every failure is reported the same way
             if interrupted:
                 raise KeyboardInterrupt from None
@@ -52,6 +53,27 @@ def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
         os.replace(landing, output_dir / f"{name}.ipynb")
     failed.unlink(missing_ok=True)
     return time.perf_counter() - start
+
+
+def kernel_config():
+    """The kernel manager's settings for a private, quiet kernel.
+
+    ipykernel warns "Kernel is running over TCP without encryption" on every start when
+    the kernel manager gives it neither CurveZMQ keys nor the IPC transport (jupyter_client
+    defaults to plain TCP, ``transport_encryption="disabled"``). The manager's own switch,
+    ``transport_encryption="auto"``, provisions the keys when libzmq has CurveZMQ and the
+    kernelspec declares it (ipykernel 7 does); without it, on Linux and macOS, local IPC
+    sockets, which never leave the machine.
+    """
+    import zmq
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    if KernelManager.class_traits().get("transport_encryption") is not None and zmq.has("curve"):
+        return Config({"KernelManager": {"transport_encryption": "auto"}})
+    if os.name != "nt":
+        return Config({"KernelManager": {"transport": "ipc"}})
+    return Config()
 
 
 def notebook_failed(name: str, err: Exception, partial: Path, failed: Path) -> NotebookFailed:
