@@ -100,6 +100,8 @@ CATLIB_FIELDS = {
     "val_windows": "windows of length --seq per validation",
     "checkpoint_every": "steps between checkpoints",
     "log_every": "steps between the published progress lines",
+    "deterministic": "deterministic kernels only (torch.use_deterministic_algorithms; "
+                     "bitwise-repeatable runs on CUDA, at some speed)",
 }
 # Fields without a flag, on purpose, and why.
 LEFT_OUT = {

@@ -107,7 +107,7 @@ def torch_build(device) -> dict:
 # files, the command line and reporting, and changes no weight and no score. A module that
 # defines an nn.Module belongs in nn/ (a test checks it).
 FINGERPRINT_PACKAGE = "nn"
-FINGERPRINT_MODULES = ("train", "data", "evaluate")
+FINGERPRINT_MODULES = ("train", "optim", "data", "evaluate", "eval_config")
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
