@@ -74,3 +74,41 @@ def _ce(model, val, length: int, eval_windows: int, evaluation: dict) -> float:
         raise ValueError(f"refinement at length {length}: {result['skipped']}; "
                          f"choose a shorter length")
     return result["ce"]
+
+
+def run_refinement(run, corpus, length: int, eval_windows: int, finer=FINER, device=None) -> dict:
+    """:func:`refinement` of a run's CAT on ``corpus.val``, stored in the run directory
+    beside its evaluation (valid for the weights, the code and the settings), so that a
+    chapter and a rebuild reuse it. ``run``: a :class:`~catlib.runs.Run` that trained "cat"."""
+    from .experiment import _check_split, _stored_with_run
+    from .provenance import code_fingerprint
+    from .runs import weights_digest
+
+    _check_split(run, corpus)
+    models, _ = run.load_weights(device or "cpu")
+    cat = models.get("cat")
+    if cat is None:
+        raise ValueError(f"{run.path.name} did not train a CAT; the refinement test needs one")
+    finer = [tuple(f) for f in finer]
+    ident = {"weights": weights_digest({"cat": cat}),
+             "code": code_fingerprint() + code_fingerprint(("refinement",)),
+             "length": length, "windows": eval_windows, "finer": [list(f) for f in finer]}
+    return _stored_with_run(run, f"refinement-{length}x{eval_windows}.json", ident,
+                            lambda: refinement(cat, corpus.val, length, eval_windows, finer,
+                                               device=device))
+
+
+def depth_table(results: dict) -> dict:
+    """The artefact ``results/depth_<profile>.json`` from ``{row: [refinement result per
+    seed]}``: ``{row: {"trained_solver": label, "ce_by_solver": {label: [CE per seed]},
+    "drift": [CE(finest) - CE(trained) per seed]}}``."""
+    out = {}
+    for row, per_seed in results.items():
+        trained = {r["trained_solver"] for r in per_seed}
+        if len(trained) != 1:
+            raise ValueError(f"{row}: its seeds were trained with different solvers {sorted(trained)}")
+        labels = list(per_seed[0]["ce_by_solver"])
+        out[row] = {"trained_solver": trained.pop(),
+                    "ce_by_solver": {lab: [r["ce_by_solver"][lab] for r in per_seed] for lab in labels},
+                    "drift": [r["drift"] for r in per_seed]}
+    return out
