@@ -1,0 +1,114 @@
+"""The refinement test: is a trained CAT an ODE, or a fixed discrete computation?
+
+A model whose blocks learned the right-hand side of an ODE gives (nearly) the same
+output when the same weights are integrated with a finer solver; a model that learned
+to exploit one discretisation does not (Ott et al., ICLR 2021). :func:`refinement`
+evaluates one CAT under its trained solver and under finer ones and reports the CE of
+each and the drift CE(finest) - CE(trained).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from .evaluate import cross_entropy
+
+# The finer solvers of the book's test, coarse to fine: (method, fixed step count).
+# dopri5 is left out by default: at the cpu profile's sizes it costs tens of function
+# evaluations per window, where RK4 x4 already agrees with Euler x16.
+FINER = (("rk4-classic", 2), ("rk4-classic", 4), ("euler", 16))
+
+
+def solver_label(solver: str, steps: int | None = None, rtol: float | None = None) -> str:
+    """A label that says the method and its step count: "rk4-classic x4", "dopri5 rtol 1e-05"."""
+    if solver == "dopri5":
+        return f"dopri5 rtol {rtol:g}" if rtol is not None else "dopri5"
+    return f"{solver} x{steps}"
+
+
+@contextlib.contextmanager
+def solved_with(model: torch.nn.Module, solver: str, steps: int = 1,
+                rtol: float | None = None) -> Iterator[torch.nn.Module]:
+    """``model`` (a :class:`~catlib.nn.model.CAT`) integrated with another solver inside the
+    block; the weights are untouched and the trained solver is restored on exit."""
+    trained = model.config
+    change = dict(solver=solver, solver_steps=steps)
+    if rtol is not None:
+        change.update(rtol=rtol, atol=rtol * 1e-2)
+    model.config = dataclasses.replace(trained, **change)
+    try:
+        yield model
+    finally:
+        model.config = trained
+
+
+def refinement(model: torch.nn.Module, val: torch.Tensor, length: int, eval_windows: int,
+               finer: Sequence[tuple[str, int]] = FINER, **evaluation) -> dict:
+    """CE of ``model`` on ``eval_windows`` windows of ``length`` tokens of ``val [N]`` under
+    its trained solver and each of ``finer`` ((method, steps) pairs, coarse to fine).
+
+    Returns ``{"trained_solver": label, "ce_by_solver": {label: CE}, "drift": CE(finest)
+    - CE(trained)}``; ``evaluation`` goes to :func:`catlib.evaluate.cross_entropy`
+    (``batch_tokens``, ``device``). A solver the model was trained with is evaluated once.
+    """
+    cfg = model.config
+    if not hasattr(cfg, "solver") or not hasattr(model, "blocks"):
+        raise TypeError("refinement needs a CAT model (catlib.CAT); a baseline has no depth solver")
+    trained = solver_label(cfg.solver, cfg.solver_steps)
+    ce = {trained: _ce(model, val, length, eval_windows, evaluation)}
+    for solver, steps in finer:
+        label = solver_label(solver, steps)
+        if label not in ce:
+            with solved_with(model, solver, steps):
+                ce[label] = _ce(model, val, length, eval_windows, evaluation)
+    finest = solver_label(*finer[-1]) if finer else trained
+    return {"trained_solver": trained, "ce_by_solver": ce, "drift": ce[finest] - ce[trained]}
+
+
+def _ce(model, val, length: int, eval_windows: int, evaluation: dict) -> float:
+    result = cross_entropy(model, val, length, eval_windows=eval_windows, **evaluation)
+    if "skipped" in result:
+        raise ValueError(f"refinement at length {length}: {result['skipped']}; "
+                         f"choose a shorter length")
+    return result["ce"]
+
+
+def run_refinement(run, corpus, length: int, eval_windows: int, finer=FINER, device=None) -> dict:
+    """:func:`refinement` of a run's CAT on ``corpus.val``, stored in the run directory
+    beside its evaluation (valid for the weights, the code and the settings), so that a
+    chapter and a rebuild reuse it. ``run``: a :class:`~catlib.runs.Run` that trained "cat"."""
+    from .experiment import _check_split, _stored_with_run
+    from .provenance import code_fingerprint
+    from .runs import weights_digest
+
+    _check_split(run, corpus)
+    models, _ = run.load_weights(device or "cpu")
+    cat = models.get("cat")
+    if cat is None:
+        raise ValueError(f"{run.path.name} did not train a CAT; the refinement test needs one")
+    finer = [tuple(f) for f in finer]
+    ident = {"weights": weights_digest({"cat": cat}),
+             "code": code_fingerprint() + code_fingerprint(("refinement",)),
+             "length": length, "windows": eval_windows, "finer": [list(f) for f in finer]}
+    return _stored_with_run(run, f"refinement-{length}x{eval_windows}.json", ident,
+                            lambda: refinement(cat, corpus.val, length, eval_windows, finer,
+                                               device=device))
+
+
+def depth_table(results: dict) -> dict:
+    """The artefact ``results/depth_<profile>.json`` from ``{row: [refinement result per
+    seed]}``: ``{row: {"trained_solver": label, "ce_by_solver": {label: [CE per seed]},
+    "drift": [CE(finest) - CE(trained) per seed]}}``."""
+    out = {}
+    for row, per_seed in results.items():
+        trained = {r["trained_solver"] for r in per_seed}
+        if len(trained) != 1:
+            raise ValueError(f"{row}: its seeds were trained with different solvers {sorted(trained)}")
+        labels = list(per_seed[0]["ce_by_solver"])
+        out[row] = {"trained_solver": trained.pop(),
+                    "ce_by_solver": {lab: [r["ce_by_solver"][lab] for r in per_seed] for lab in labels},
+                    "drift": [r["drift"] for r in per_seed]}
+    return out

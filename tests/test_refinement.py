@@ -1,0 +1,65 @@
+"""The refinement test: a CAT that is an ODE converges under finer solvers; one whose
+blocks act as one large discrete step reports a drift."""
+
+import pytest
+import torch
+
+from catlib import CAT, CATConfig
+from catlib.refinement import refinement, solved_with, solver_label
+
+
+def _cat(scale: float, solver: str = "rk4-classic", steps: int = 1) -> CAT:
+    torch.manual_seed(0)
+    cfg = CATConfig(variant="causal", d_model=16, n_heads=2, n_freq=6, quad_nodes=16,
+                    dropout=0.0, solver=solver, solver_steps=steps)
+    model = CAT(cfg).double()
+    with torch.no_grad():  # stiffer dynamics: the feed-forward's output scaled
+        model.blocks[0].ff[2].weight.mul_(scale)
+    return model
+
+
+def _val(n: int = 400) -> torch.Tensor:
+    return torch.randint(0, 65, (n,), generator=torch.Generator().manual_seed(1))
+
+
+def test_labels_say_method_and_steps():
+    assert solver_label("rk4-classic", 4) == "rk4-classic x4"
+    assert solver_label("euler", 16) == "euler x16"
+    assert solver_label("dopri5", rtol=1e-5) == "dopri5 rtol 1e-05"
+
+
+def test_a_smooth_ode_converges_at_fourth_order():
+    model, val = _cat(scale=6.0), _val()
+    steps = (1, 2, 4, 8)
+    r = refinement(model, val, 32, 4, finer=[("rk4-classic", s) for s in steps[1:]])
+    ce = [r["ce_by_solver"][f"rk4-classic x{s}"] for s in steps]
+    gaps = [abs(a - b) for a, b in zip(ce, ce[1:])]
+    # RK4's error shrinks ~16x per halving of the step; ask for a clear contraction only.
+    assert gaps[0] > 0 and gaps[1] < gaps[0] / 4 and gaps[2] < gaps[1] / 4, gaps
+    assert r["trained_solver"] == "rk4-classic x1"
+    assert r["drift"] == pytest.approx(ce[-1] - ce[0], abs=1e-12)
+
+
+def test_one_large_step_reports_a_drift_and_the_solver_is_restored():
+    model, val = _cat(scale=6.0, solver="euler", steps=1), _val()
+    before = model.config
+    r = refinement(model, val, 32, 4)
+    # Euler x1 against RK4 x4 and Euler x16: well beyond float64 rounding.
+    assert abs(r["drift"]) > 1e-3, r
+    assert abs(r["ce_by_solver"]["rk4-classic x4"] - r["ce_by_solver"]["euler x16"]) < abs(r["drift"])
+    assert model.config is before
+
+
+def test_solver_restored_after_an_error():
+    model = _cat(scale=1.0)
+    with pytest.raises(RuntimeError):
+        with solved_with(model, "euler", 3):
+            assert model.config.solver_steps == 3
+            raise RuntimeError("boom")
+    assert model.config.solver == "rk4-classic" and model.config.solver_steps == 1
+
+
+def test_a_baseline_is_refused():
+    from catlib import Baseline
+    with pytest.raises(TypeError, match="CAT model"):
+        refinement(Baseline(CATConfig(variant="causal", d_model=16, n_heads=2)), _val(), 32, 2)
