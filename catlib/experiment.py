@@ -87,11 +87,16 @@ HEADLINE = ("published CAT", "published baseline", "causal CAT", "sinusoidal bas
 # Chapter 08: the kernels on token distances, the decay-anchored kernels and their controls.
 DISTANCE_KERNELS = ("relative CAT", "content-aware CAT", "content-aware CAT, horizon 128")
 DECAY_ANCHORED = ("ALiBi-prior CAT", "KERPLE-prior CAT")
-CONTROLS = ("ALiBi inside the CAT block", "looped ALiBi baseline")
-BEYOND = DISTANCE_KERNELS + DECAY_ANCHORED + CONTROLS
-# Rows that no verdict reads across seeds (earlier kernels, a diagnostic): one seed each,
-# the first of the chapter's seeds, so that the book's training fits its time.
-DIAGNOSTIC = DISTANCE_KERNELS
+# The KERPLE-prior CAT trained so that its depth is an ODE (the refinement test).
+ODE_CONSISTENT = ("KERPLE-prior CAT, ODE-consistent",)
+# Kernel without the residual at the CAT's depth; the depth controls at its parameters and
+# block evaluations: the scaled loop (the fair one) and the unscaled loop (a finding).
+CONTROLS = ("ALiBi inside the CAT block", "looped ALiBi baseline, scaled", "looped ALiBi baseline")
+BEYOND = DISTANCE_KERNELS + DECAY_ANCHORED + ODE_CONSISTENT + CONTROLS
+# Rows that no verdict reads across seeds (earlier kernels, a diagnostic, the unscaled
+# loop whose failure is a finding): one seed each, the first of the chapter's seeds, so
+# that the book's training fits its time.
+DIAGNOSTIC = DISTANCE_KERNELS + ("looped ALiBi baseline",)
 BASELINES = ("sinusoidal baseline", "RoPE baseline", "ALiBi baseline")
 # The rows each experiment chapter trains (05: one seed of each variant's CAT and baseline).
 CHAPTER_ROWS = {"05_training": ("published CAT", "causal CAT"),
@@ -462,11 +467,12 @@ def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
 
 
 def write_part(folder: Path, name: str, rows: dict | None = None,
-               curves: dict | None = None) -> None:
-    """One notebook's share of the extrapolation artefacts, merged by the book runner.
+               curves: dict | None = None, depth: dict | None = None) -> None:
+    """One notebook's share of the ``results/`` artefacts, merged by the book runner.
 
     ``rows`` go to ``<folder>/extrapolation/<name>.json``, ``curves`` ({label: [L]}) to
-    ``<folder>/extrapolation/<name>.csv`` (columns model, position, ce).
+    ``<folder>/extrapolation/<name>.csv`` (columns model, position, ce), ``depth`` (the
+    refinement table, :func:`catlib.refinement.depth_table`) to ``<folder>/depth/<name>.json``.
     """
     from .extrapolation import write_extrapolation_json, write_position_csv
 
@@ -476,6 +482,10 @@ def write_part(folder: Path, name: str, rows: dict | None = None,
         write_extrapolation_json(part / f"{name}.json", rows)
     if curves is not None:
         write_position_csv(part / f"{name}.csv", curves)
+    if depth is not None:
+        (Path(folder) / "depth").mkdir(exist_ok=True)
+        atomic_write_text(Path(folder) / "depth" / f"{name}.json",
+                          json.dumps(depth, indent=1, sort_keys=True) + "\n")
 
 
 def training_costs(runs: dict, labels: Iterable[str], seeds) -> dict[str, dict]:

@@ -150,7 +150,9 @@ def _finite(x) -> bool:
 
 def validate_extrapolation_rows(rows) -> None:
     """Raise ``ValueError`` unless ``rows`` is ``{model_name: {"train_length": int >= 1,
-    "leak": finite, "ce": {"128", "512", "1024", "5000" (more lengths allowed): finite}}}``."""
+    "leak": finite, "ce": {"128", "512", "1024", "5000" (more lengths allowed): finite}}}``,
+    each row optionally with ``"ce_seeds"``: ``{length: [finite CE per seed]}`` at the
+    lengths of ``ce``."""
     if not isinstance(rows, dict) or not rows:
         raise ValueError("rows must be a non-empty {model_name: row} mapping")
     for name, row in rows.items():
@@ -178,6 +180,15 @@ def validate_extrapolation_rows(rows) -> None:
                 raise ValueError(f"{where}: ce keys must be positive lengths as strings, got {L!r}")
             if not _finite(v):
                 raise ValueError(f"{where}: ce[{L!r}] must be a finite number, got {v!r}")
+        seeds = row.get("ce_seeds")
+        if seeds is not None:
+            if not isinstance(seeds, dict) or set(seeds) != set(ce):
+                raise ValueError(f"{where}: ce_seeds must give a list of CE per seed at each "
+                                 f"length of ce ({sorted(ce)}), got {seeds!r}")
+            for L, values in seeds.items():
+                if not (isinstance(values, list) and values and all(map(_finite, values))):
+                    raise ValueError(f"{where}: ce_seeds[{L!r}] must be a non-empty list of "
+                                     f"finite numbers, got {values!r}")
 
 
 def write_extrapolation_json(path, rows: dict) -> None:

@@ -103,6 +103,25 @@ def test_parts_merge_into_labelled_results(tmp_path):
     assert label["commit"] == "abc" and label["artefacts"] == [p.name for p in written]
 
 
+def test_depth_parts_merge_and_per_seed_ce_is_checked(tmp_path):
+    # Catches a refinement table that does not reach results/ and per-seed CE at lengths
+    # the row does not have (a reader compares them with the means).
+    row = {"train_length": 128, "leak": 0.0, "ce": {"128": 1.9, "512": 2.0, "1024": 2.1, "5000": 2.2},
+           "ce_seeds": {"128": [1.8, 2.0], "512": [2.0, 2.0], "1024": [2.1, 2.1], "5000": [2.2, 2.2]}}
+    generated = tmp_path / "book" / "_generated"
+    depth = {"a CAT": {"trained_solver": "rk4-classic x1",
+                       "ce_by_solver": {"rk4-classic x1": [1.9], "rk4-classic x4": [1.95]},
+                       "drift": [0.05]}}
+    ex.write_part(generated, "08", rows={"a CAT": row}, depth=depth)
+    written = book.publish_extrapolation(tmp_path, "cpu", {"commit": "abc"})
+    assert [p.name for p in written] == ["extrapolation_cpu.json", "depth_cpu.json"]
+    assert json.loads(written[1].read_text()) == depth
+    assert read_extrapolation_json(written[0])["a CAT"]["ce_seeds"]["128"] == [1.8, 2.0]
+    bad = dict(row, ce_seeds={"128": [1.8]})
+    with pytest.raises(ValueError, match="ce_seeds"):
+        ex.write_part(generated, "09", rows={"a CAT": bad})
+
+
 def test_parallel_runs_give_the_serial_numbers(tmp_path, tiny_path, monkeypatch):
     # Catches a parallel runner whose runs differ from the serial ones (other thread count,
     # other seeds, other hashes) or that loses a run's stored evaluation or curve.

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from catlib import CAT, CATConfig
-from catlib.refinement import refinement, solved_with, solver_label
+from catlib.refinement import depth_table, refinement, solved_with, solver_label
 
 
 def _cat(scale: float, solver: str = "rk4-classic", steps: int = 1) -> CAT:
@@ -63,3 +63,14 @@ def test_a_baseline_is_refused():
     from catlib import Baseline
     with pytest.raises(TypeError, match="CAT model"):
         refinement(Baseline(CATConfig(variant="causal", d_model=16, n_heads=2)), _val(), 32, 2)
+
+
+def test_depth_table_lists_every_seed_and_refuses_mixed_solvers():
+    a = {"trained_solver": "rk4-classic x1", "ce_by_solver": {"rk4-classic x1": 2.0, "rk4-classic x4": 2.1},
+         "drift": 0.1}
+    b = dict(a, ce_by_solver={"rk4-classic x1": 2.2, "rk4-classic x4": 2.2}, drift=0.0)
+    table = depth_table({"row": [a, b]})
+    assert table == {"row": {"trained_solver": "rk4-classic x1", "drift": [0.1, 0.0],
+                             "ce_by_solver": {"rk4-classic x1": [2.0, 2.2], "rk4-classic x4": [2.1, 2.2]}}}
+    with pytest.raises(ValueError, match="different solvers"):
+        depth_table({"row": [a, dict(b, trained_solver="rk4-classic x2")]})
