@@ -145,7 +145,8 @@ PARAMETERS: dict[str, Rule] = {
         ("dropout_max_steps", 600), ("published_batch", 32), ("published_max_steps", 40),
         ("step_repeats", 2), ("long_length", 5000), ("dopri5_max_steps", 600),
         ("brief_steps", 200), ("dropout_repeats", 3), ("split_d_model", 128),
-        ("split_n_heads", 8), ("split_steps", 500), ("split_batch", 20), ("split_seq", 128))},
+        ("split_n_heads", 8), ("split_steps", 500), ("split_batch", 20), ("split_seq", 128),
+        ("sample_chars", 400))},
 }
 
 # Pairs (a, b) with a <= b: the split study validates at least once.
