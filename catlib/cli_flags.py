@@ -91,6 +91,10 @@ CATLIB_FIELDS = {
                        "prior alone)",
     "train_length": "T_train of the prior kernels, below which the residual lives "
                     "(default: --seq)",
+    "train_solver_steps": "ODE-consistent training: each training step of CAT draws the "
+                          "fixed-step solver's step count from these, e.g. 1 2; the largest "
+                          "must be --solver_steps, which validation and evaluation use "
+                          "(default: train with --solver_steps)",
     # TrainConfig
     "seed": "seed of torch, numpy, python and the sampler",
     "split": "corpus split: published (50000 training characters) or 90/10",
@@ -195,10 +199,10 @@ def _add_flag(group, flag: Flag) -> None:
     kw = dict(dest=flag.field, default=default, help=text)
     if flag.kind is bool:
         kw["action"] = argparse.BooleanOptionalAction
-    elif flag.kind is tuple:
-        kw.update(nargs="+", default=list(default))
-        if flag.config in EVAL_CONFIGS:
-            kw.update(type=_positive(int), metavar=METAVARS.get(flag.field))
+    elif flag.kind is tuple or typing.get_origin(flag.kind) is tuple:
+        kw.update(nargs="+", default=None if default is None else list(default))
+        if flag.config in EVAL_CONFIGS or typing.get_args(flag.kind)[:1] == (int,):
+            kw.update(type=_positive(int), metavar=METAVARS.get(flag.field, "N"))
     elif flag.kind is not str:
         kind = _positive(flag.kind) if flag.config in EVAL_CONFIGS else flag.kind
         kw.update(type=PARSERS.get(flag.field, kind),

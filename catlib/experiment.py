@@ -81,6 +81,10 @@ ROWS: dict[str, Row] = {a.label: a for a in (
         (("kernel", "alibi-prior"), ("kernel_residual", False)), ("cat",)),
     Row("looped ALiBi baseline", "causal", "base", "90/10",
         (("baseline_positions", "alibi"), ("baseline_loops", 4)), ("base",)),
+    # Trained with RK4 x1 or x2, drawn per step; validated and evaluated with RK4 x2.
+    Row("KERPLE-prior CAT, ODE-consistent", "causal", "cat", "90/10",
+        (("kernel", "kerple-prior"), ("solver", "rk4-classic"), ("solver_steps", 2),
+         ("train_solver_steps", (1, 2))), ("cat",)),
 )}
 HEADLINE = ("published CAT", "published baseline", "causal CAT", "sinusoidal baseline",
             "RoPE baseline", "ALiBi baseline")
@@ -351,14 +355,18 @@ _STEP_WEIGHT = {"absolute": 23, "relative": 20, "content": 38, "alibi-prior": 36
                 "kerple-prior": 36}
 _UNKNOWN_KERNEL_WEIGHT = 30
 _BASELINE_STEP_WEIGHT = 8
+# A CAT trained with drawn solver steps (train_solver_steps (1, 2)): a step costs about
+# 1.3-1.5 times the CAT's at one step.
+_DRAWN_STEPS_WEIGHT = 1.4
 _STEP_COST, _BASE_STEP_COST = _STEP_WEIGHT, _BASELINE_STEP_WEIGHT   # earlier names
 
 
 def _expected_cost(spec: dict) -> float:
     """A job's relative cost (steps times the step weights), to start the costliest first."""
     model, steps = spec["model"], spec["train"]["train_steps"]
-    per_step = sum(_STEP_WEIGHT.get(model.get("kernel", "absolute"), _UNKNOWN_KERNEL_WEIGHT)
-                   if m == "cat" else _BASELINE_STEP_WEIGHT * model.get("baseline_loops", 1)
+    cat = _STEP_WEIGHT.get(model.get("kernel", "absolute"), _UNKNOWN_KERNEL_WEIGHT) * (
+        _DRAWN_STEPS_WEIGHT if model.get("train_solver_steps") else 1.0)
+    per_step = sum(cat if m == "cat" else _BASELINE_STEP_WEIGHT * model.get("baseline_loops", 1)
                    for m in spec["train"]["models"])
     return steps * per_step * (2.0 if spec["dropout_on"] else 1.0)
 

@@ -10,6 +10,10 @@ carries ``sob_lambda`` and
 
 ``step`` is the 0-based index of the step being taken, as in the published loop, which
 prints ``step {step} | CAT {loss:.4f} | base {loss:.4f}`` when ``step % 100 == 0``.
+
+With ``CATConfig.train_solver_steps`` (ODE-consistent training), each step of CAT solves
+its depth ODE with a step count drawn from that set (:func:`drawn_solver_steps`), so the
+weights cannot exploit one discretisation; validation and evaluation use ``solver_steps``.
 """
 from __future__ import annotations
 
@@ -156,6 +160,27 @@ def penalty_weight(step: int, train_steps: int, sob_lambda: float, once: bool) -
     return schedule if once else sob_lambda * schedule
 
 
+def drawn_solver_steps(counts: tuple[int, ...], seed: int, step: int) -> int:
+    """The fixed-step solver's step count of training step ``step`` (0-based), drawn
+    uniformly from ``counts`` by a generator of its own, seeded from ``(seed, step)``: the
+    same on every rank and after a resume, and the global RNGs (batches, dropout) untouched."""
+    key = int(np.random.SeedSequence([seed, step]).generate_state(1, np.uint64)[0])
+    g = torch.Generator().manual_seed(key)
+    return counts[int(torch.randint(len(counts), (), generator=g))]
+
+
+@contextlib.contextmanager
+def solved_with(model: CAT, steps: int):
+    """``model`` (a CAT) solving its depth ODE with ``steps`` fixed steps inside the block;
+    its config is restored after (``CAT.forward`` reads ``model.config`` on every call)."""
+    config = model.config
+    model.config = dataclasses.replace(config, solver_steps=steps, train_solver_steps=None)
+    try:
+        yield model
+    finally:
+        model.config = config
+
+
 def _mps_available() -> bool:
     mps = getattr(torch.backends, "mps", None)
     return mps is not None and mps.is_available()
@@ -254,8 +279,12 @@ class SideBySide:
         if self.cat is not None:
             self.cat.train()
             w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
-            losses["ce"], losses["loss"], losses["penalty"] = self._backward(
-                self.cat, self.opt_cat, x, y, w, "CAT")
+            counts = self.config.train_solver_steps   # None: the model's own solver_steps
+            solver = (contextlib.nullcontext() if counts is None
+                      else solved_with(self.cat, drawn_solver_steps(counts, tc.seed, s)))
+            with solver:   # the forward and the backward pass of this step
+                losses["ce"], losses["loss"], losses["penalty"] = self._backward(
+                    self.cat, self.opt_cat, x, y, w, "CAT")
         if self.base is not None:
             self.base.train()
             _, losses["base_loss"], _ = self._backward(self.base, self.opt_base, x, y, 0.0,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 BASES = ("fourier", "cheb")
 VARIANTS = ("published", "causal")
 SOLVER_NAMES = ("dopri5", "rk4-classic", "euler")
+FIXED_STEP_SOLVERS = ("rk4-classic", "euler")   # their step count is ``solver_steps``
 PENALTIES = ("published", "exact")
 # How the baseline sees positions: added sinusoids, rotary q/k (RoPE) or an ALiBi score bias.
 BASELINE_POSITIONS = ("sinusoidal", "rope", "alibi")
@@ -45,6 +46,10 @@ class CATConfig:
     functions per axis, ``quad_nodes`` Q Gauss-Legendre nodes, ``blocks`` K ODE
     blocks. ``solver`` picks the depth integrator from :data:`catlib.nn.solvers.SOLVERS`;
     ``solver_steps`` is the step count of the fixed-step solvers, ``max_steps`` caps dopri5.
+    ``train_solver_steps`` (fixed-step solvers only; None: train with ``solver_steps``): the
+    step counts a training step of CAT draws its own from (:func:`catlib.train.drawn_solver_steps`),
+    so that the weights learn an ODE rather than one discretisation; its largest count is
+    ``solver_steps``, with which the model is validated and evaluated.
     """
 
     vocab_size: int = 65
@@ -79,8 +84,11 @@ class CATConfig:
     kernel_residual: bool = True    # prior kernels: learn the spectral residual (False: prior alone)
     train_length: int | None = None  # T_train of the prior kernels: the residual lives on d < T_train
     baseline_loops: int = 1         # RoPE/ALiBi baseline: each layer applied this many times
+    train_solver_steps: tuple[int, ...] | None = None  # step counts drawn per training step
 
     def __post_init__(self) -> None:
+        if isinstance(self.train_solver_steps, list):   # from JSON or the command line
+            self.train_solver_steps = tuple(self.train_solver_steps)
         self.validate()
 
     def validate(self) -> None:
@@ -115,6 +123,28 @@ class CATConfig:
         if loops > 1 and self.baseline_positions == "sinusoidal":
             raise ValueError("baseline_loops > 1 loops the RoPE or ALiBi baseline's layers; "
                              "set baseline_positions='rope' or 'alibi'")
+        self._validate_train_solver_steps()
+
+    def _validate_train_solver_steps(self) -> None:
+        """The drawn step counts: distinct integers >= 1 of a fixed-step solver, the largest
+        ``solver_steps`` (the solver the model is validated and evaluated with)."""
+        counts = self.train_solver_steps
+        if counts is None:
+            return
+        if not isinstance(counts, tuple) or not counts or any(
+                isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in counts):
+            raise ValueError(f"train_solver_steps must be None or a non-empty tuple of integers "
+                             f">= 1, e.g. (1, 2), got {counts!r}")
+        if len(set(counts)) != len(counts):
+            raise ValueError(f"train_solver_steps must not repeat a step count, got {counts!r}")
+        if self.solver not in FIXED_STEP_SOLVERS:
+            raise ValueError(f"train_solver_steps draws the step count of a fixed-step solver, "
+                             f"but solver={self.solver!r}; use solver='rk4-classic' or 'euler', "
+                             f"or train_solver_steps=None")
+        if max(counts) != self.solver_steps:
+            raise ValueError(f"the largest of train_solver_steps {counts!r} must equal "
+                             f"solver_steps ({self.solver_steps}), the steps the model is "
+                             f"evaluated with; set solver_steps={max(counts)}")
 
     def _validate_baseline_positions(self) -> None:
         """RoPE and ALiBi replace the corrected baseline's sinusoids: they need its causal
@@ -167,7 +197,15 @@ class CATConfig:
         return dataclasses.replace(self, **filled)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as JSON values (``train_solver_steps`` a list); ``train_solver_steps``
+        is left out when None, so that the configs (and run hashes) of earlier runs stay
+        as they were."""
+        data = dataclasses.asdict(self)
+        if data["train_solver_steps"] is None:
+            del data["train_solver_steps"]
+        else:
+            data["train_solver_steps"] = list(data["train_solver_steps"])
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "CATConfig":
