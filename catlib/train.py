@@ -39,7 +39,7 @@ from .nn.baselines import Baseline
 from .nn.config import CATConfig
 from .data import SPLITS, BatchSampler
 from .evaluate import cross_entropy
-from .nn.model import CAT
+from .nn.model import CAT, solved_with
 from .optim import make_optimizer
 
 
@@ -169,18 +169,6 @@ def drawn_solver_steps(counts: tuple[int, ...], seed: int, step: int) -> int:
     return counts[int(torch.randint(len(counts), (), generator=g))]
 
 
-@contextlib.contextmanager
-def solved_with(model: CAT, steps: int):
-    """``model`` (a CAT) solving its depth ODE with ``steps`` fixed steps inside the block;
-    its config is restored after (``CAT.forward`` reads ``model.config`` on every call)."""
-    config = model.config
-    model.config = dataclasses.replace(config, solver_steps=steps, train_solver_steps=None)
-    try:
-        yield model
-    finally:
-        model.config = config
-
-
 def _mps_available() -> bool:
     mps = getattr(torch.backends, "mps", None)
     return mps is not None and mps.is_available()
@@ -281,7 +269,7 @@ class SideBySide:
             w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
             counts = self.config.train_solver_steps   # None: the model's own solver_steps
             solver = (contextlib.nullcontext() if counts is None
-                      else solved_with(self.cat, drawn_solver_steps(counts, tc.seed, s)))
+                      else solved_with(self.cat, steps=drawn_solver_steps(counts, tc.seed, s)))
             with solver:   # the forward and the backward pass of this step
                 losses["ce"], losses["loss"], losses["penalty"] = self._backward(
                     self.cat, self.opt_cat, x, y, w, "CAT")

@@ -9,7 +9,8 @@ import torch
 from catlib import experiment as ex
 from catlib.evaluate import cross_entropy
 from catlib.nn.config import CATConfig
-from catlib.train import SideBySide, TrainConfig, drawn_solver_steps, solved_with, train_loop
+from catlib.nn.model import solved_with
+from catlib.train import SideBySide, TrainConfig, drawn_solver_steps, train_loop
 
 TINY = dict(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", solver_steps=2)
 DRAWN = dict(TINY, train_solver_steps=(1, 2))
@@ -55,7 +56,7 @@ def test_training_draws_per_step_and_evaluation_uses_solver_steps(corpus):
     seen.clear()
     ce = cross_entropy(t.cat, corpus.val, 16, eval_windows=2)["ce"]
     assert [k for _, k in seen] and {k for _, k in seen} == {2}
-    with solved_with(t.cat, 1):   # the same weights with one step: another CE
+    with solved_with(t.cat, steps=1):   # the same weights with one step: another CE
         assert cross_entropy(t.cat, corpus.val, 16, eval_windows=2)["ce"] != ce
     assert t.cat.config.solver_steps == 2
 

@@ -6,6 +6,9 @@ Module and parameter names follow the published script, so its checkpoints load 
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import torch
 import torch.nn as nn
 
@@ -136,3 +139,25 @@ class CAT(nn.Module):
     def sobolev_penalty(self) -> torch.Tensor:
         """Sum over blocks and heads of the kernels' Sobolev penalties (without sob_lambda)."""
         return sum(block.attn.sobolev_penalty() for block in self.blocks)
+
+
+@contextlib.contextmanager
+def solved_with(model: CAT, solver: str | None = None, steps: int | None = None,
+                rtol: float | None = None):
+    """``model`` (a :class:`CAT`) integrating its depth ODE with another ``solver``, step
+    count or dopri5 tolerance (``atol`` = ``rtol`` / 100) for the calls inside the block,
+    and no drawn training step counts; the weights are untouched and the config is
+    restored on exit (``CAT.forward`` reads ``model.config`` on every call)."""
+    config = model.config
+    change = {"train_solver_steps": None}
+    if solver is not None:
+        change["solver"] = solver
+    if steps is not None:
+        change["solver_steps"] = steps
+    if rtol is not None:
+        change.update(rtol=rtol, atol=rtol * 1e-2)
+    model.config = dataclasses.replace(config, **change)
+    try:
+        yield model
+    finally:
+        model.config = config
