@@ -84,6 +84,8 @@ CATLIB_FIELDS = {
     "logit_dropout": f"dropout on the baseline's logits ({_FOLLOWS})",
     "baseline_positions": "how the baseline sees positions (rope, alibi: --variant causal)",
     "baseline_loops": "RoPE/ALiBi baseline: each layer applied this many times",
+    "baseline_loop_scale": "looped RoPE/ALiBi baseline: each application adds 1/baseline_loops "
+                           "of each sublayer's update (forward Euler in depth)",
     "kernel": "CAT's kernel (all but absolute: --variant causal)",
     "kernel_scale": "c, in tokens: distances enter as log(1 + d / c)",
     "kernel_horizon": "D, in tokens: the distance map reaches 1 at d = D",

@@ -81,6 +81,9 @@ ROWS: dict[str, Row] = {a.label: a for a in (
         (("kernel", "alibi-prior"), ("kernel_residual", False)), ("cat",)),
     Row("looped ALiBi baseline", "causal", "base", "90/10",
         (("baseline_positions", "alibi"), ("baseline_loops", 4)), ("base",)),
+    Row("looped ALiBi baseline, scaled", "causal", "base", "90/10",
+        (("baseline_positions", "alibi"), ("baseline_loops", 4), ("baseline_loop_scale", True)),
+        ("base",)),
 )}
 HEADLINE = ("published CAT", "published baseline", "causal CAT", "sinusoidal baseline",
             "RoPE baseline", "ALiBi baseline")
