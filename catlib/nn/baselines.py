@@ -54,11 +54,14 @@ class QKEncoderLayer(nn.Module):
     ``step`` = 1/n scales both sublayer updates: x = norm1(x + step * drop(attn(x)));
     x = norm2(x + step * drop(ff(x))). Applied n times with shared weights, this is forward
     Euler with n steps of size 1/n on depth t in [0, 1] for h' = u(h), u the layer's two
-    sublayer updates, where each post-norm LayerNorm acts as the retraction that maps the
-    Euler step back onto the normalised states (a projected Euler step; the layer is
-    post-norm, so the norms stay where the published layer has them, and the parameters are
-    the layer's own). ``step`` = 1 (one application, or the unscaled loop) is the layer
-    exactly: no multiplication is made, so the numbers are bitwise the unscaled layer's.
+    sublayer updates (attention, then feed-forward: a split step), each step followed by the
+    layer's post-norm LayerNorms, which map the state back onto the normalised states (a
+    projected Euler step). The norms stay where the layer has them, so the parameters are
+    the layer's own and n = 1 is the layer. The projection is exact where a norm's affine
+    map is the identity (its initialisation); a learned gain and shift make the repeated
+    norm a map of its own, so the n -> infinity limit is an ODE only as far as they stay
+    near it. ``step`` = 1 (one application, or the unscaled loop) is the layer exactly: no
+    multiplication is made, so the numbers are bitwise the unscaled layer's.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, rotary: bool):
