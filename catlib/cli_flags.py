@@ -21,6 +21,7 @@ from .data import SPLITS
 from .eval_config import EvalConfig
 from .nn.config import (BASELINE_POSITIONS, BASES, KERNELS, PENALTIES, PRIOR_KERNELS,
                         SOLVER_NAMES, VARIANTS, CATConfig)
+from .optim import DECAY_ON
 from .train import MODELS, TrainConfig
 
 
@@ -84,6 +85,8 @@ CATLIB_FIELDS = {
     "logit_dropout": f"dropout on the baseline's logits ({_FOLLOWS})",
     "baseline_positions": "how the baseline sees positions (rope, alibi: --variant causal)",
     "baseline_loops": "RoPE/ALiBi baseline: each layer applied this many times",
+    "baseline_loop_scale": "looped RoPE/ALiBi baseline: each application adds 1/baseline_loops "
+                           "of each sublayer's update (forward Euler in depth)",
     "kernel": "CAT's kernel (all but absolute: --variant causal)",
     "kernel_scale": "c, in tokens: distances enter as log(1 + d / c)",
     "kernel_horizon": "D, in tokens: the distance map reaches 1 at d = D",
@@ -106,6 +109,9 @@ CATLIB_FIELDS = {
     "log_every": "steps between the published progress lines",
     "deterministic": "deterministic kernels only (torch.use_deterministic_algorithms; "
                      "bitwise-repeatable runs on CUDA, at some speed)",
+    "weight_decay_on": "what AdamW's weight decay (0.01) acts on: all (every parameter, the "
+                       "published optimiser) or matrices (weights of linear maps and embeddings "
+                       "only) (default: follows --variant: published all, causal matrices)",
 }
 # Fields without a flag, on purpose, and why.
 LEFT_OUT = {
@@ -114,7 +120,7 @@ LEFT_OUT = {
 }
 CHOICES = {"basis": BASES, "variant": VARIANTS, "solver": SOLVER_NAMES, "split": SPLITS,
            "models": MODELS, "penalty": PENALTIES, "baseline_positions": BASELINE_POSITIONS,
-           "kernel": KERNELS}
+           "kernel": KERNELS, "weight_decay_on": DECAY_ON}
 ALIASES = {"val_every": ("--val-every",), "checkpoint_every": ("--checkpoint-every",),
            "batch_tokens": ("--batch-tokens",), "dropout_in_eval": ("--dropout-in-eval",)}
 PARSERS = {"budget": _budget}          # argparse types that the field's type does not give

@@ -85,6 +85,9 @@ ROWS: dict[str, Row] = {a.label: a for a in (
     Row("KERPLE-prior CAT, ODE-consistent", "causal", "cat", "90/10",
         (("kernel", "kerple-prior"), ("solver", "rk4-classic"), ("solver_steps", 2),
          ("train_solver_steps", (1, 2))), ("cat",)),
+    Row("looped ALiBi baseline, scaled", "causal", "base", "90/10",
+        (("baseline_positions", "alibi"), ("baseline_loops", 4), ("baseline_loop_scale", True)),
+        ("base",)),
 )}
 HEADLINE = ("published CAT", "published baseline", "causal CAT", "sinusoidal baseline",
             "RoPE baseline", "ALiBi baseline")

@@ -40,7 +40,7 @@ from .nn.config import CATConfig
 from .data import SPLITS, BatchSampler
 from .evaluate import cross_entropy
 from .nn.model import CAT, solved_with
-from .optim import make_optimizer
+from .optim import DECAY_ON, make_optimizer
 
 
 MODELS = ("cat", "base")  # the two models of a side-by-side run
@@ -51,8 +51,10 @@ SEED_MAX = 2**32 - 1      # numpy's global seed is a 32-bit unsigned integer
 class TrainConfig:
     """Settings of the training loop (defaults: the published script).
 
-    Only ``train_steps, lr, batch, seq, seed, split, models`` change the trained weights
-    (:meth:`identity`); the others control logging, checkpoints and time. ``split`` is the
+    Only ``train_steps, lr, batch, seq, seed, split, models, weight_decay_on`` change the
+    trained weights (:meth:`identity`); the others control logging, checkpoints and time.
+    ``weight_decay_on``: the tensors AdamW decays, "all" or "matrices"; None follows the
+    model's variant (published "all", causal "matrices"; :mod:`catlib.optim`). ``split`` is the
     corpus split (:data:`catlib.data.SPLITS`); ``models`` the models trained: both, as
     published, or only ``("cat",)`` or ``("base",)``. ``deterministic``: only kernels that
     give the same bits on every run (:func:`make_deterministic`); on the CPU the numbers
@@ -72,6 +74,7 @@ class TrainConfig:
     split: str = "published"
     models: tuple = MODELS
     deterministic: bool = False  # deterministic kernels (see make_deterministic)
+    weight_decay_on: str | None = None  # "all", "matrices"; None: by variant (catlib.optim)
 
     def __post_init__(self) -> None:
         if isinstance(self.models, (list, str)):  # from JSON, or a single name
@@ -103,6 +106,9 @@ class TrainConfig:
                              f"got {list(self.models)!r}")
         if not isinstance(self.deterministic, bool):
             raise ValueError(f"deterministic must be True or False, got {self.deterministic!r}")
+        if self.weight_decay_on not in (None, *DECAY_ON):
+            raise ValueError(f"weight_decay_on must be one of {list(DECAY_ON)} or None (follows "
+                             f"the variant), got {self.weight_decay_on!r}")
         if self.budget is not None and not self.budget > 0:
             raise ValueError(f"budget must be a positive number of seconds, got {self.budget!r}")
         if causal is False and "cat" in self.models and self.seq < 2:
@@ -116,6 +122,8 @@ class TrainConfig:
         """The fields that determine the trained weights (used in the run's config hash)."""
         ident = {k: getattr(self, k) for k in ("train_steps", "lr", "batch", "seq", "seed", "split")}
         ident["models"] = [m for m in MODELS if m in self.models]  # order does not matter
+        if self.weight_decay_on is not None:   # None (by variant) keeps earlier runs' identity
+            ident["weight_decay_on"] = self.weight_decay_on
         return ident
 
     def to_dict(self) -> dict:
@@ -235,7 +243,7 @@ class SideBySide:
         self.cat = CAT(self.config).to(self.device) if "cat" in train_config.models else None
         self.base = Baseline(self.config).to(self.device) if "base" in train_config.models else None
         self.opt_cat, self.opt_base = (
-            make_optimizer(m, train_config.lr) if m is not None else None
+            make_optimizer(m, train_config.lr, train_config.weight_decay_on) if m is not None else None
             for m in (self.cat, self.base))
         self.sampler = BatchSampler(train_ids, train_config.batch, train_config.seq, train_config.seed)
         self.step = 0

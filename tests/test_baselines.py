@@ -292,3 +292,64 @@ def test_explicit_encoder_is_the_library_path_off_the_fast_path(variant, train):
                 torch.backends.mha.set_fastpath_enabled(previous)
 
     assert torch.equal(run(True), run(False))
+
+
+# ------------------------------------------------------------------ scaled loop
+
+def _looped(loops, scale, dropout=0.0):
+    return _baseline("alibi", dropout=dropout, baseline_loops=loops, baseline_loop_scale=scale)
+
+
+def test_scaled_loop_has_the_alibi_baselines_parameters():
+    plain, scaled = _baseline("alibi"), _looped(4, True, dropout=0.1)
+    shapes = {n: p.shape for n, p in plain.named_parameters()}
+    assert {n: p.shape for n, p in scaled.named_parameters()} == shapes
+    assert sum(p.numel() for p in scaled.parameters()) == sum(p.numel() for p in plain.parameters())
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_scaled_loop_of_one_is_the_baseline_bitwise(train):
+    plain, scaled = _baseline("alibi"), _looped(1, True, dropout=0.1)
+    scaled.load_state_dict(plain.state_dict())
+    plain.train(train), scaled.train(train)
+    x = torch.randint(0, 65, (2, 12))
+    torch.manual_seed(3)
+    want = plain(x)[0]
+    torch.manual_seed(3)
+    assert torch.equal(scaled(x)[0], want)
+
+
+def test_scaled_loop_is_n_euler_steps_of_the_layer():
+    n = 4
+    model = _looped(n, True)
+    model.eval()
+    x = torch.randint(0, 65, (2, 12))
+    h = model.embed(x)
+    bias = CausalBias(alibi_bias(SIZES["n_heads"], 12, h.device, h.dtype))
+    with torch.no_grad():
+        for layer in model.layers:
+            for _ in range(n):   # h <- norm(h + update / n), for each sublayer
+                h = layer.norm1(h + layer.self_attn(h, bias) / n)
+                h = layer.norm2(h + layer.ff(h) / n)
+        assert torch.equal(model(x)[0], model.proj(h))   # 1/4 is exact: the same bits
+        # ... and not the unscaled loop's numbers.
+        unscaled = _looped(n, False)
+        unscaled.load_state_dict(model.state_dict())
+        unscaled.eval()
+        assert not torch.allclose(unscaled(x)[0], model(x)[0], atol=1e-3)
+
+
+def test_scaled_loop_config():
+    with pytest.raises(ValueError, match="baseline_loop_scale scales"):
+        CATConfig(**SIZES, variant="causal", baseline_loop_scale=True)
+    with pytest.raises(ValueError, match="baseline_loop_scale must be True or False"):
+        CATConfig(**SIZES, variant="causal", baseline_positions="alibi", baseline_loop_scale=1)
+    assert CATConfig().baseline_loop_scale is False
+    from catlib.experiment import _BASELINE_STEP_WEIGHT, ROWS, _expected_cost
+    row = ROWS["looped ALiBi baseline, scaled"]
+    assert dict(row.options) == {"baseline_positions": "alibi", "baseline_loops": 4,
+                                 "baseline_loop_scale": True}
+    # Its job weight: four evaluations of the baseline's layer per step, as the unscaled loop.
+    spec = dict(model=dict(row.options), train=dict(train_steps=10, models=["base"]),
+                dropout_on=[])
+    assert _expected_cost(spec) == 10 * 4 * _BASELINE_STEP_WEIGHT

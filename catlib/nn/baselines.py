@@ -11,6 +11,9 @@ added to the embeddings; positions enter through rotary q/k or the ALiBi score
 bias, the two schemes a reader would pick for length extrapolation.
 ``baseline_loops`` = n applies each of those layers n times with the same weights:
 n block evaluations per layer for the parameters of one, as CAT's RK4 step spends.
+``baseline_loop_scale``: each of the n applications adds 1/n of each sublayer's update
+(:meth:`QKEncoderLayer.forward`), the forward-Euler form of the loop, as CAT's fixed-step
+solvers weigh their evaluations; off, each application adds the full update.
 """
 from __future__ import annotations
 
@@ -47,6 +50,18 @@ class QKEncoderLayer(nn.Module):
 
     x = norm1(x + drop(attn(x))); x = norm2(x + drop(ff(x))), with the same parameter
     count as the library layer.
+
+    ``step`` = 1/n scales both sublayer updates: x = norm1(x + step * drop(attn(x)));
+    x = norm2(x + step * drop(ff(x))). Applied n times with shared weights, this is forward
+    Euler with n steps of size 1/n on depth t in [0, 1] for h' = u(h), u the layer's two
+    sublayer updates (attention, then feed-forward: a split step), each step followed by the
+    layer's post-norm LayerNorms, which map the state back onto the normalised states (a
+    projected Euler step). The norms stay where the layer has them, so the parameters are
+    the layer's own and n = 1 is the layer. The projection is exact where a norm's affine
+    map is the identity (its initialisation); a learned gain and shift make the repeated
+    norm a map of its own, so the n -> infinity limit is an ODE only as far as they stay
+    near it. ``step`` = 1 (one application, or the unscaled loop) is the layer exactly: no
+    multiplication is made, so the numbers are bitwise the unscaled layer's.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, rotary: bool):
@@ -57,9 +72,13 @@ class QKEncoderLayer(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.norm1(x + self.drop1(self.self_attn(x, bias)))
-        return self.norm2(x + self.drop2(self.ff(x)))
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None,
+                step: float = 1.0) -> torch.Tensor:
+        if step == 1.0:
+            x = self.norm1(x + self.drop1(self.self_attn(x, bias)))
+            return self.norm2(x + self.drop2(self.ff(x)))
+        x = self.norm1(x + step * self.drop1(self.self_attn(x, bias)))
+        return self.norm2(x + step * self.drop2(self.ff(x)))
 
 
 class Baseline(nn.Module):
@@ -118,9 +137,11 @@ class Baseline(nn.Module):
             # Already -inf above the diagonal: a CausalBias as it is (no masked copy per call),
             # which the fused CPU kernel takes.
             bias = CausalBias(alibi_bias(self.config.n_heads, x.shape[1], x.device, x.dtype))
+        loops = self.config.baseline_loops
+        step = 1.0 / loops if self.config.baseline_loop_scale else 1.0   # Euler step in depth
         for layer in self.layers:
-            for _ in range(self.config.baseline_loops):   # weight-tied repeats (1: none)
-                x = layer(x, bias)
+            for _ in range(loops):   # weight-tied repeats (1: none)
+                x = layer(x, bias, step)
         logits = self.drop(self.proj(x))
         return logits, logits.new_zeros(())
 

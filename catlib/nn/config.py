@@ -85,6 +85,7 @@ class CATConfig:
     train_length: int | None = None  # T_train of the prior kernels: the residual lives on d < T_train
     baseline_loops: int = 1         # RoPE/ALiBi baseline: each layer applied this many times
     train_solver_steps: tuple[int, ...] | None = None  # step counts drawn per training step
+    baseline_loop_scale: bool = False  # looped baseline: each application adds 1/loops of the update
 
     def __post_init__(self) -> None:
         if isinstance(self.train_solver_steps, list):   # from JSON or the command line
@@ -123,6 +124,13 @@ class CATConfig:
         if loops > 1 and self.baseline_positions == "sinusoidal":
             raise ValueError("baseline_loops > 1 loops the RoPE or ALiBi baseline's layers; "
                              "set baseline_positions='rope' or 'alibi'")
+        if not isinstance(self.baseline_loop_scale, bool):
+            raise ValueError(f"baseline_loop_scale must be True or False, "
+                             f"got {self.baseline_loop_scale!r}")
+        if self.baseline_loop_scale and self.baseline_positions == "sinusoidal":
+            raise ValueError("baseline_loop_scale scales the updates of the looped RoPE or ALiBi "
+                             "baseline's layers (the sinusoidal baseline has no loop); set "
+                             "baseline_positions='rope' or 'alibi' with baseline_loops > 1")
         self._validate_train_solver_steps()
 
     def _validate_train_solver_steps(self) -> None:
