@@ -250,7 +250,8 @@ def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
                root, device, lengths, eval_windows: int, curve_length: int | None = None,
                curve_windows: int | None = None, dropout_on: list | None = None,
                jobs: int | None = None, devices=None,
-               echo: Callable[[str], None] | None = print) -> dict[tuple[str, int], Run]:
+               echo: Callable[[str], None] | None = print,
+               progress_every: float = 30.0) -> dict[tuple[str, int], Run]:
     """:func:`train_grid` from plain parameters (the name and signature of earlier
     versions): ``sizes`` and ``train`` as CATConfig and TrainConfig fields, evaluation at
     ``lengths``, and with ``curve_length`` the per-position curve at that length."""
@@ -259,7 +260,8 @@ def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
                             eval_windows=eval_windows, curve_windows=curve_windows)
     experiment = ExperimentConfig(CATConfig(**sizes), TrainConfig(**train), evaluation)
     return train_grid(rows, experiment, root=root, device=device, seeds=seeds, curve=curve,
-                      dropout_on=dropout_on, jobs=jobs, devices=devices, echo=echo)
+                      dropout_on=dropout_on, jobs=jobs, devices=devices, echo=echo,
+                      progress_every=progress_every)
 
 
 def _seeds_of(seeds) -> Callable[[str], list]:
