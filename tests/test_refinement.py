@@ -74,3 +74,19 @@ def test_depth_table_lists_every_seed_and_refuses_mixed_solvers():
                              "ce_by_solver": {"rk4-classic x1": [2.0, 2.2], "rk4-classic x4": [2.1, 2.2]}}}
     with pytest.raises(ValueError, match="different solvers"):
         depth_table({"row": [a, dict(b, trained_solver="rk4-classic x2")]})
+
+
+def test_a_model_trained_with_one_step_reports_a_drift(corpus):
+    # Catches a refinement test that cannot see a trained discretisation: a CAT trained
+    # with one Euler step drifts when the same weights are solved finely, and the ODE row
+    # it is compared with (trained with the step drawn from {1, 2}) has its own labels.
+    from catlib.train import SideBySide, TrainConfig, train_loop
+
+    cfg = CATConfig(variant="causal", d_model=16, n_heads=2, n_freq=4, quad_nodes=16, dropout=0.0,
+                    solver="euler", solver_steps=1)
+    trainer = SideBySide(cfg, TrainConfig(train_steps=60, lr=1e-2, batch=4, seq=32, models=("cat",)),
+                         corpus.train)
+    train_loop(trainer, log=lambda m: None, echo=None, progress=False)
+    r = refinement(trainer.cat, corpus.val, 32, 8)
+    assert r["trained_solver"] == "euler x1"
+    assert abs(r["drift"]) > 1e-3, r
