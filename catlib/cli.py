@@ -22,7 +22,7 @@ from . import distributed
 from .audit import AuditError, audit_model, audit_to_json, format_audit, load_for_audit
 from .cli_flags import (CATLIB_FIELDS, EVAL_CONFIGS, EVAL_FLAGS, FLAG_OF, LEFT_OUT,  # noqa: F401
                         PUBLISHED_FIELDS, TRAIN_FLAGS, Flag, _add_flag, _positive,
-                        configs_from_args, evaluation_from_args, resolve_solver)
+                        configs_from_args, evaluation_from_args)
 from .nn.config import BASES
 from .data import CORPUS_CHARS, DataError, split_point
 from .evaluate import check_settings, format_table
@@ -174,7 +174,7 @@ def _report(result: dict) -> str:
 def cmd_train(args) -> int:
     device = resolve_device(args.device)
     try:
-        model_config, train_config, evaluation = configs_from_args(args, device)
+        model_config, train_config, evaluation = configs_from_args(args)
         causal = model_config.resolved().causal
         train_config.validate(split_point(CORPUS_CHARS, args.split), causal)
         check_settings(evaluation.lengths, evaluation.eval_windows, evaluation.batch_tokens,

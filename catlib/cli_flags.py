@@ -15,7 +15,6 @@ import types
 import typing
 from dataclasses import dataclass
 
-import torch
 
 from .data import SPLITS
 from .eval_config import EvalConfig
@@ -125,7 +124,8 @@ ALIASES = {"val_every": ("--val-every",), "checkpoint_every": ("--checkpoint-eve
            "batch_tokens": ("--batch-tokens",), "dropout_in_eval": ("--dropout-in-eval",)}
 PARSERS = {"budget": _budget}          # argparse types that the field's type does not give
 # Defaults the command line decides, and how its help says them: the solver is resolved
-# with the device (resolve_solver), the prior kernels' train_length follows --seq.
+# with the device (CATConfig.resolved, in train_run), the prior kernels' train_length
+# follows --seq.
 CLI_DEFAULTS = {"solver": (None, "the published choice, dopri5; rk4-classic on mps")}
 DEFAULT_WORDS = {"budget": "no limit"}
 METAVARS = {int: "N", float: "X"} | {"budget": "TIME", "lengths": "T"}
@@ -218,25 +218,17 @@ def _add_flag(group, flag: Flag) -> None:
     group.add_argument(*flag.flags, **kw)
 
 
-def resolve_solver(model: dict, device: torch.device) -> dict:
-    """``model`` (CATConfig fields) with ``solver`` None resolved for ``device``: the
-    published MPS path, rk4-classic, on MPS; else CATConfig's default, dopri5."""
-    if model.get("solver") is None:
-        model = {**model, "solver": "rk4-classic" if device.type == "mps" else CATConfig.solver}
-    return model
-
-
 def evaluation_from_args(args) -> EvalConfig:
     """The EvalConfig of parsed ``train`` or ``eval`` arguments."""
     return EvalConfig(**{f.field: getattr(args, f.field) for f in EVAL_FLAGS})
 
 
-def configs_from_args(args, device) -> tuple[CATConfig, TrainConfig, EvalConfig]:
+def configs_from_args(args) -> tuple[CATConfig, TrainConfig, EvalConfig]:
     """The CATConfig, TrainConfig and EvalConfig of parsed ``train`` arguments (raises
     ValueError). A prior kernel's ``train_length`` follows ``--seq`` unless given."""
     values = {cls: {f.field: getattr(args, f.field) for f in TRAIN_FLAGS if f.config is cls}
               for cls in (CATConfig, TrainConfig)}
-    model = resolve_solver(values[CATConfig], device)
+    model = values[CATConfig]     # solver None: train_run resolves it with the device
     train = values[TrainConfig]
     train["models"] = tuple(train["models"])
     if model["kernel"] in PRIOR_KERNELS and model["train_length"] is None:

@@ -180,10 +180,10 @@ def test_generated_flags_have_the_config_defaults():
             else:
                 assert (tuple(value) if isinstance(value, list) else value) == default, field.name
             assert FLAG_OF[field.name] == f"--{field.name}"
-    assert configs_from_args(args, torch.device("cpu")) == (CATConfig(), TrainConfig(),
+    assert configs_from_args(args) == (CATConfig(), TrainConfig(),
                                                             EvalConfig())
-    model, _, _ = configs_from_args(args, torch.device("mps"))
-    assert model == CATConfig(solver="rk4-classic")
+    model, _, _ = configs_from_args(args)
+    assert model == CATConfig() and model.resolved("mps").solver == "rk4-classic"
     assert "Sobolev weight (default: 5e-7)" in " ".join(build_parser().format_help().split())
 
 
@@ -207,19 +207,18 @@ def test_every_field_has_a_flag_or_a_reason():
 
 def test_prior_kernel_train_length_follows_seq():
     from catlib.cli import configs_from_args
-    cpu = torch.device("cpu")
     args = build_parser().parse_args(["train", "--variant", "causal", "--kernel", "kerple-prior",
                                       "--seq", "48", "--models", "cat"])
-    model, train, _ = configs_from_args(args, cpu)
+    model, train, _ = configs_from_args(args)
     assert (model.kernel, model.train_length, train.models) == ("kerple-prior", 48, ("cat",))
     args = build_parser().parse_args(["train", "--variant", "causal", "--kernel", "alibi-prior",
                                       "--seq", "48", "--train_length", "64",
                                       "--no-kernel_residual", "--dropout", "0"])
-    model, _, _ = configs_from_args(args, cpu)
+    model, _, _ = configs_from_args(args)
     assert (model.train_length, model.kernel_residual, model.dropout) == (64, False, 0.0)
     args = build_parser().parse_args(["train", "--variant", "causal", "--baseline_positions",
                                       "alibi", "--baseline_loops", "2", "--models", "base"])
-    model, _, _ = configs_from_args(args, cpu)
+    model, _, _ = configs_from_args(args)
     assert (model.baseline_positions, model.baseline_loops, model.train_length) == ("alibi", 2, None)
 
 

@@ -130,6 +130,6 @@ def test_the_book_commands_train_the_books_runs():
     for label, extra in (("KERPLE-prior CAT", "--kernel kerple-prior --models cat"),
                          ("ALiBi baseline", "--baseline_positions alibi --models base")):
         args = build_parser().parse_args(["train", *shlex.split(common), *extra.split()])
-        model, train, _ = configs_from_args(args, torch.device("cpu"))
+        model, train, _ = configs_from_args(args)
         want_model, want_train = ex.row_configs(ex.ROWS[label], experiment("cpu"), 0)
         assert model == want_model and train.identity() == want_train.identity(), label

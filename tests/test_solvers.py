@@ -268,3 +268,14 @@ def test_seminorm_backward_keeps_the_time_dtype(monkeypatch):
               adjoint_seminorm=True, max_steps=50)
     assert seen["adjoint_options"]["norm"] == "seminorm"
     assert seen["adjoint_options"]["dtype"] == seen["options"]["dtype"]
+
+
+def test_the_default_solver_is_resolved_with_the_device():
+    # Catches an MPS default that only the command line applies (the API got dopri5 there).
+    from catlib.nn.config import CATConfig, default_solver
+    assert CATConfig().solver is None
+    assert CATConfig().resolved().solver == "dopri5"
+    assert CATConfig().resolved("mps").solver == "rk4-classic"
+    assert CATConfig().resolved(torch.device("cpu")).solver == "dopri5"
+    assert CATConfig(solver="euler").resolved("mps").solver == "euler"   # a given one stays
+    assert default_solver("cuda:0") == "dopri5"

@@ -13,6 +13,16 @@ from dataclasses import dataclass
 BASES = ("fourier", "cheb")
 VARIANTS = ("published", "causal")
 SOLVER_NAMES = ("dopri5", "rk4-classic", "euler")
+# The depth solver of a config that names none, by device type: the published script's
+# dopri5, and on MPS (no float64 there) the published script's own fixed-step RK4.
+DEFAULT_SOLVER = {"mps": "rk4-classic"}
+
+
+def default_solver(device=None) -> str:
+    """The solver of a config with ``solver=None`` on ``device`` (a torch.device, a string
+    or None for the CPU): :data:`DEFAULT_SOLVER`, else "dopri5"."""
+    kind = getattr(device, "type", None) or (str(device).split(":")[0] if device else "cpu")
+    return DEFAULT_SOLVER.get(kind, "dopri5")
 FIXED_STEP_SOLVERS = ("rk4-classic", "euler")   # their step count is ``solver_steps``
 PENALTIES = ("published", "exact")
 # How the baseline sees positions: added sinusoids, rotary q/k (RoPE) or an ALiBi score bias.
@@ -62,7 +72,7 @@ class CATConfig:
     dropout: float = 0.1
     sob_lambda: float = 5e-7
     variant: str = "published"
-    solver: str = "dopri5"
+    solver: str | None = None   # None: default_solver(device) when resolved
     rtol: float = 1e-7
     atol: float = 1e-9
     adjoint: bool = True
@@ -96,7 +106,8 @@ class CATConfig:
         """Raise ``ValueError`` naming the field and what it accepts."""
         _choice("basis", self.basis, BASES)
         _choice("variant", self.variant, VARIANTS)
-        _choice("solver", self.solver, SOLVER_NAMES)
+        if self.solver is not None:
+            _choice("solver", self.solver, SOLVER_NAMES)
         if self.penalty is not None:
             _choice("penalty", self.penalty, PENALTIES)
         for name in ("vocab_size", "d_model", "n_heads", "n_freq", "blocks", "quad_nodes", "solver_steps"):
@@ -197,11 +208,15 @@ class CATConfig:
                 f"kernel={self.kernel!r} needs the causal corrected model, but causal resolves "
                 f"to False; use variant='causal' or set causal=True")
 
-    def resolved(self) -> "CATConfig":
-        """A copy with every correction left at ``None`` filled in from ``variant``."""
+    def resolved(self, device=None) -> "CATConfig":
+        """A copy with every correction left at ``None`` filled in from ``variant``, and a
+        ``solver`` left at ``None`` from ``device`` (:func:`default_solver`; None: the CPU),
+        for the Python API and the command line alike."""
         pick = 0 if self.variant == "published" else 1
         filled = {name: values[pick] for name, values in CORRECTIONS.items()
                   if getattr(self, name) is None}
+        if self.solver is None:
+            filled["solver"] = default_solver(device)
         return dataclasses.replace(self, **filled)
 
     def to_dict(self) -> dict:

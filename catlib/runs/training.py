@@ -106,9 +106,9 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name
     its checkpoint (torchrun's other ranks then start, see :func:`train_run`).
     """
     say = echo or (lambda s: None)
-    model_config = model_config.resolved()
     # 1. Inputs, before anything is read from or written to the run directory.
-    corpus, dev = _check_inputs(model_config, train_config, data, device, evaluation)
+    corpus, dev = _check_inputs(model_config.resolved(), train_config, data, device, evaluation)
+    model_config = model_config.resolved(dev)       # solver None: the device's default
     code = code_fingerprint()
     h = config_hash(model_config, train_config, corpus.sha256, code)
     path = Path(root) / (name or f"{model_config.variant}-{h[:8]}")
