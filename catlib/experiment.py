@@ -13,11 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing
-import os
-import threading
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -31,8 +26,9 @@ from .eval_config import EvalConfig
 from .evaluate import context_table, n_windows
 from .experiment_config import ExperimentConfig
 from .extrapolation import position_ce
-from .progress import PoolProgress, reporter, shared_steps
-from .progress import attach as attach_progress
+from .pool import (BASELINE_STEP_WEIGHT, STEP_WEIGHT, default_jobs, expected_cost,  # noqa: F401
+                   run_jobs, worker_devices)
+from .progress import reporter
 from .provenance import code_fingerprint
 from .runs import Run, atomic_write_text, run_lock, train_run, weights_digest
 from .train import TrainConfig
@@ -150,29 +146,6 @@ def configs(row: Row, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, T
     return row_configs(row, ExperimentConfig(CATConfig(**sizes), TrainConfig(**train)), seed)
 
 
-def default_jobs(device) -> int:
-    """Runs trained at once: ``CATLIB_JOBS`` if set, else the CPUs this process may use
-    (:func:`~catlib.provenance.usable_cpus`); 1 on CUDA or MPS."""
-    from .provenance import usable_cpus
-
-    if torch.device(device).type != "cpu":
-        return 1
-    return max(1, int(os.environ.get("CATLIB_JOBS") or 0) or usable_cpus())
-
-
-def worker_devices(device, jobs: int | None = None, devices=None) -> list[str]:
-    """One entry per worker process: ``jobs`` (default :func:`default_jobs`) times "cpu" on
-    the CPU; on CUDA the ``devices`` given (default ``CATLIB_DEVICES``, comma-separated, e.g.
-    "cuda:0,cuda:1"), else the one device. A single entry means: train in this process."""
-    device = torch.device(device)
-    if device.type == "cpu":
-        return ["cpu"] * (jobs or default_jobs(device))
-    listed = devices or [d for d in os.environ.get("CATLIB_DEVICES", "").split(",") if d]
-    if device.type == "cuda" and listed:
-        return [str(torch.device(d)) for d in listed]
-    return [str(device)]
-
-
 def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, device,
                seeds=None, curve: bool = True, dropout_on: list | None = None,
                jobs: int | None = None, devices=None,
@@ -219,23 +192,7 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                                   curve_windows=ev.curve_windows or ev.eval_windows,
                                   dropout_on=list(dropout_on or []) if row.published_dropout else [])
             owners.setdefault(key, []).append((label, seed))
-    # Costliest first, so that no worker is left with a long job at the end (wall time only).
-    specs = dict(sorted(specs.items(), key=lambda item: -_expected_cost(item[1])))
-    for i, spec in enumerate(specs.values()):
-        spec["device"] = slots[i % len(slots)]
-        spec["index"] = i                      # its entry in the progress array
-    context = multiprocessing.get_context("spawn")   # a clean interpreter: safe in kernels
-    line = PoolProgress([_expected_cost(s) for s in specs.values()],
-                        [s["train"]["train_steps"] for s in specs.values()],
-                        shared_steps(context, len(specs)))
-    with line.running(echo, every=progress_every) as say:
-        if len(slots) > 1 and len(specs) > 1:
-            done = _in_workers(specs, owners, slots, say, context, line)
-        else:
-            done = {}
-            for key, spec in specs.items():
-                done[key] = _train_job(spec, line.steps)
-                _finished(line, spec, done[key], say, owners[key])
+    done = run_jobs(specs, owners, _train_job, slots, echo, progress_every)
     out = {}
     for key, spec in specs.items():   # finished now: open each run with its stored evaluation
         run = train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
@@ -264,65 +221,14 @@ def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
                       progress_every=progress_every)
 
 
+# Earlier private names of the pool's cost weights (catlib.pool), for callers that used them.
+_expected_cost, _STEP_WEIGHT, _BASELINE_STEP_WEIGHT = expected_cost, STEP_WEIGHT, BASELINE_STEP_WEIGHT
+_STEP_COST, _BASE_STEP_COST = STEP_WEIGHT, BASELINE_STEP_WEIGHT
+
+
 def _seeds_of(seeds) -> Callable[[str], list]:
     """``seeds`` as a function of the row's label: itself if callable, else the same list."""
     return seeds if callable(seeds) else (lambda label, fixed=list(seeds): fixed)
-
-
-def _in_workers(specs: dict, owners: dict, slots: list[str], say, context,
-                line: PoolProgress) -> dict:
-    """Run the specs in worker processes: on the CPU a shared pool of len(slots) processes;
-    on GPUs one process per device, each taking the runs assigned to it, in order. The
-    workers report their steps into ``line``'s shared array. Returns each job's result
-    (:func:`_train_job`) by spec key."""
-    start = dict(mp_context=context, initializer=_start_worker,
-                 initargs=(os.getpid(), line.steps))
-    if slots[0] == "cpu":
-        pools = [ProcessPoolExecutor(min(len(slots), len(specs)), **start)]
-        pool_of = lambda spec: pools[0]                                  # noqa: E731
-    else:
-        by_device = {d: ProcessPoolExecutor(1, **start) for d in dict.fromkeys(slots)}
-        pools = list(by_device.values())
-        pool_of = lambda spec: by_device[spec["device"]]                 # noqa: E731
-    try:
-        futures = {pool_of(spec).submit(_train_job, spec): key for key, spec in specs.items()}
-        done = {}
-        for future in as_completed(futures):      # each run reported as soon as it ends
-            key = futures[future]
-            done[key] = future.result()
-            _finished(line, specs[key], done[key], say, owners[key])
-        return {key: done[key] for key in specs}
-    finally:
-        for pool in pools:
-            pool.shutdown(cancel_futures=True)
-
-
-def _finished(line: PoolProgress, spec: dict, done: dict, say, owners) -> None:
-    """A job has ended: count it in the progress line and say which rows it served."""
-    line.finished(spec["index"], reused=done["reused"])
-    _say(say, owners, done)
-
-
-def _say(echo, owners, done: dict) -> None:
-    if echo:
-        rows = ", ".join(f"{label} (seed {seed})" for label, seed in owners)
-        echo(f"{rows}: {'reused' if done['reused'] else 'trained'} run {done['name']}")
-
-
-def _start_worker(parent: int, steps) -> None:
-    """A worker's initializer: exit with its parent, report steps into ``steps``."""
-    _exit_with_parent(parent)
-    attach_progress(steps)
-
-
-def _exit_with_parent(parent: int) -> None:
-    """In a worker: exit as soon as the process that started it is gone (a killed or
-    interrupted notebook), instead of training on and holding its run's lock."""
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-    threading.Thread(target=watch, daemon=True).start()
 
 
 def _train_job(spec: dict, steps=None) -> dict:
@@ -349,31 +255,6 @@ def _train_job(spec: dict, steps=None) -> dict:
         return {"name": run.path.name, "reused": run.reused}
     finally:
         torch.set_num_threads(threads)
-
-
-# Relative cost of a training step, by CAT's kernel and for a baseline (per loop): weights
-# that only order the jobs (costliest first), never change a number. The content kernel
-# scores every query-key pair, the prior kernels add a prior to the spectral kernel, a
-# baseline is a plain transformer layer; benchmarks/ measures the times behind them. The
-# dropout-on evaluation of a published run weighs about as much as training it.
-_STEP_WEIGHT = {"absolute": 23, "relative": 20, "content": 38, "alibi-prior": 36,
-                "kerple-prior": 36}
-_UNKNOWN_KERNEL_WEIGHT = 30
-_BASELINE_STEP_WEIGHT = 8
-# A CAT trained with drawn solver steps (train_solver_steps (1, 2)): a step costs about
-# 1.3-1.5 times the CAT's at one step.
-_DRAWN_STEPS_WEIGHT = 1.4
-_STEP_COST, _BASE_STEP_COST = _STEP_WEIGHT, _BASELINE_STEP_WEIGHT   # earlier names
-
-
-def _expected_cost(spec: dict) -> float:
-    """A job's relative cost (steps times the step weights), to start the costliest first."""
-    model, steps = spec["model"], spec["train"]["train_steps"]
-    cat = _STEP_WEIGHT.get(model.get("kernel", "absolute"), _UNKNOWN_KERNEL_WEIGHT) * (
-        _DRAWN_STEPS_WEIGHT if model.get("train_solver_steps") else 1.0)
-    per_step = sum(cat if m == "cat" else _BASELINE_STEP_WEIGHT * model.get("baseline_loops", 1)
-                   for m in spec["train"]["models"])
-    return steps * per_step * (2.0 if spec["dropout_on"] else 1.0)
 
 
 def scores(runs: dict, label: str, seeds: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:

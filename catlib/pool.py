@@ -1,0 +1,148 @@
+"""The pool that trains the independent runs of an experiment, and its progress line.
+
+On the CPU the runs train in parallel worker processes, one thread each, so that their
+numbers do not depend on how many run at once; on CUDA with several devices, one process
+per device takes the runs assigned to it. The costliest jobs start first (by relative
+step weights, :func:`expected_cost`); the workers report their steps into a shared array
+that :class:`~catlib.progress.PoolProgress` turns into one line with the time left.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Callable
+
+import torch
+
+from .progress import PoolProgress, shared_steps
+from .progress import attach as attach_progress
+
+
+def default_jobs(device) -> int:
+    """Runs trained at once: ``CATLIB_JOBS`` if set, else the CPUs this process may use
+    (:func:`~catlib.provenance.usable_cpus`); 1 on CUDA or MPS."""
+    from .provenance import usable_cpus
+
+    if torch.device(device).type != "cpu":
+        return 1
+    return max(1, int(os.environ.get("CATLIB_JOBS") or 0) or usable_cpus())
+
+
+def worker_devices(device, jobs: int | None = None, devices=None) -> list[str]:
+    """One entry per worker process: ``jobs`` (default :func:`default_jobs`) times "cpu" on
+    the CPU; on CUDA the ``devices`` given (default ``CATLIB_DEVICES``, comma-separated, e.g.
+    "cuda:0,cuda:1"), else the one device. A single entry means: train in this process."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return ["cpu"] * (jobs or default_jobs(device))
+    listed = devices or [d for d in os.environ.get("CATLIB_DEVICES", "").split(",") if d]
+    if device.type == "cuda" and listed:
+        return [str(torch.device(d)) for d in listed]
+    return [str(device)]
+
+
+# Relative cost of a training step, by CAT's kernel and for a baseline (per loop): weights
+# that only order the jobs (costliest first), never change a number. The content kernel
+# scores every query-key pair, the prior kernels add a prior to the spectral kernel, a
+# baseline is a plain transformer layer; benchmarks/ measures the times behind them. The
+# dropout-on evaluation of a published run weighs about as much as training it.
+STEP_WEIGHT = {"absolute": 23, "relative": 20, "content": 38, "alibi-prior": 36,
+               "kerple-prior": 36}
+UNKNOWN_KERNEL_WEIGHT = 30
+BASELINE_STEP_WEIGHT = 8
+# A CAT trained with drawn solver steps (train_solver_steps (1, 2)): a step costs about
+# 1.3-1.5 times the CAT's at one step.
+DRAWN_STEPS_WEIGHT = 1.4
+
+
+def expected_cost(spec: dict) -> float:
+    """A job's relative cost (steps times the step weights), to start the costliest first."""
+    model, steps = spec["model"], spec["train"]["train_steps"]
+    cat = STEP_WEIGHT.get(model.get("kernel", "absolute"), UNKNOWN_KERNEL_WEIGHT) * (
+        DRAWN_STEPS_WEIGHT if model.get("train_solver_steps") else 1.0)
+    per_step = sum(cat if m == "cat" else BASELINE_STEP_WEIGHT * model.get("baseline_loops", 1)
+                   for m in spec["train"]["models"])
+    return steps * per_step * (2.0 if spec["dropout_on"] else 1.0)
+
+
+def run_jobs(specs: dict, owners: dict, job: Callable[..., dict], slots: list[str],
+             echo: Callable[[str], None] | None, progress_every: float) -> dict:
+    """Run ``job(spec)`` for every spec (a dict; ``owners[key]``: the (row, seed) pairs it
+    serves), costliest first, in worker processes when there are several ``slots``
+    (:func:`worker_devices`), else in this process. ``job`` returns ``{"name", "reused"}``
+    and is a module-level function (the workers import it). Returns its results by key."""
+    specs = dict(sorted(specs.items(), key=lambda item: -expected_cost(item[1])))
+    for i, spec in enumerate(specs.values()):
+        spec["device"] = slots[i % len(slots)]
+        spec["index"] = i                      # its entry in the progress array
+    context = multiprocessing.get_context("spawn")   # a clean interpreter: safe in kernels
+    line = PoolProgress([expected_cost(s) for s in specs.values()],
+                        [s["train"]["train_steps"] for s in specs.values()],
+                        shared_steps(context, len(specs)))
+    with line.running(echo, every=progress_every) as say:
+        if len(slots) > 1 and len(specs) > 1:
+            return _in_workers(specs, owners, job, slots, say, context, line)
+        done = {}
+        for key, spec in specs.items():
+            done[key] = job(spec, line.steps)
+            _finished(line, spec, done[key], say, owners[key])
+        return done
+
+
+def _in_workers(specs: dict, owners: dict, job: Callable[..., dict], slots: list[str],
+                say, context, line: PoolProgress) -> dict:
+    """Run the specs in worker processes: on the CPU a shared pool of len(slots) processes;
+    on GPUs one process per device, each taking the runs assigned to it, in order. The
+    workers report their steps into ``line``'s shared array. Returns each job's result
+    (``job``) by spec key."""
+    start = dict(mp_context=context, initializer=_start_worker,
+                 initargs=(os.getpid(), line.steps))
+    if slots[0] == "cpu":
+        pools = [ProcessPoolExecutor(min(len(slots), len(specs)), **start)]
+        pool_of = lambda spec: pools[0]                                  # noqa: E731
+    else:
+        by_device = {d: ProcessPoolExecutor(1, **start) for d in dict.fromkeys(slots)}
+        pools = list(by_device.values())
+        pool_of = lambda spec: by_device[spec["device"]]                 # noqa: E731
+    try:
+        futures = {pool_of(spec).submit(job, spec): key for key, spec in specs.items()}
+        done = {}
+        for future in as_completed(futures):      # each run reported as soon as it ends
+            key = futures[future]
+            done[key] = future.result()
+            _finished(line, specs[key], done[key], say, owners[key])
+        return {key: done[key] for key in specs}
+    finally:
+        for pool in pools:
+            pool.shutdown(cancel_futures=True)
+
+
+def _finished(line: PoolProgress, spec: dict, done: dict, say, owners) -> None:
+    """A job has ended: count it in the progress line and say which rows it served."""
+    line.finished(spec["index"], reused=done["reused"])
+    _say(say, owners, done)
+
+
+def _say(echo, owners, done: dict) -> None:
+    if echo:
+        rows = ", ".join(f"{label} (seed {seed})" for label, seed in owners)
+        echo(f"{rows}: {'reused' if done['reused'] else 'trained'} run {done['name']}")
+
+
+def _start_worker(parent: int, steps) -> None:
+    """A worker's initializer: exit with its parent, report steps into ``steps``."""
+    _exit_with_parent(parent)
+    attach_progress(steps)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """In a worker: exit as soon as the process that started it is gone (a killed or
+    interrupted notebook), instead of training on and holding its run's lock."""
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
