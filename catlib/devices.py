@@ -15,10 +15,16 @@ class DeviceError(ValueError):
     """An unknown device, or one this machine does not have."""
 
 
+def mps_available() -> bool:
+    """Whether this torch has the MPS backend and this machine can use it."""
+    mps = getattr(torch.backends, "mps", None)
+    return mps is not None and mps.is_available()
+
+
 def resolve_device(name: str = "auto") -> torch.device:
     """"auto" -> cuda, then mps, then cpu; "cpu", "cuda", "cuda:1", "mps" as they are.
     An unknown or unavailable device raises DeviceError."""
-    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    mps = mps_available()
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
     try:

@@ -26,8 +26,7 @@ from .eval_config import EvalConfig
 from .evaluate import context_table, n_windows
 from .experiment_config import ExperimentConfig
 from .extrapolation import position_ce
-from .pool import (BASELINE_STEP_WEIGHT, STEP_WEIGHT, default_jobs, expected_cost,  # noqa: F401
-                   run_jobs, worker_devices)
+from .pool import default_jobs, run_jobs, worker_devices  # noqa: F401 (default_jobs: its earlier home)
 from .progress import reporter
 from .provenance import code_fingerprint
 from .runs import Run, atomic_write_text, run_lock, train_run, weights_digest
@@ -219,11 +218,6 @@ def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
     return train_grid(rows, experiment, root=root, device=device, seeds=seeds, curve=curve,
                       dropout_on=dropout_on, jobs=jobs, devices=devices, echo=echo,
                       progress_every=progress_every)
-
-
-# Earlier private names of the pool's cost weights (catlib.pool), for callers that used them.
-_expected_cost, _STEP_WEIGHT, _BASELINE_STEP_WEIGHT = expected_cost, STEP_WEIGHT, BASELINE_STEP_WEIGHT
-_STEP_COST, _BASE_STEP_COST = STEP_WEIGHT, BASELINE_STEP_WEIGHT
 
 
 def _seeds_of(seeds) -> Callable[[str], list]:

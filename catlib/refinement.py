@@ -23,7 +23,8 @@ FINER = (("euler", 16), ("rk4-classic", 2), ("rk4-classic", 4))
 
 
 def solver_label(solver: str, steps: int | None = None, rtol: float | None = None) -> str:
-    """A label that says the method and its step count: "rk4-classic x4", "dopri5 rtol 1e-05"."""
+    """A label that says the method and its step count, or dopri5's tolerance:
+    "rk4-classic x4", "dopri5 rtol 1e-05" (``rtol`` is read for dopri5 only)."""
     if solver == "dopri5":
         return f"dopri5 rtol {rtol:g}" if rtol is not None else "dopri5"
     return f"{solver} x{steps}"
@@ -42,7 +43,7 @@ def refinement(model: torch.nn.Module, val: torch.Tensor, length: int, eval_wind
     cfg = model.config
     if not hasattr(cfg, "solver") or not hasattr(model, "blocks"):
         raise TypeError("refinement needs a CAT model (catlib.CAT); a baseline has no depth solver")
-    trained = solver_label(cfg.solver, cfg.solver_steps)
+    trained = solver_label(cfg.solver, cfg.solver_steps, cfg.rtol)
     ce = {trained: _ce(model, val, length, eval_windows, evaluation)}
     for solver, steps in finer:
         label = solver_label(solver, steps)
@@ -86,7 +87,7 @@ def run_refinement(run, corpus, length: int, eval_windows: int, finer=FINER, dev
 def depth_table(results: dict) -> dict:
     """The artefact ``results/depth_<profile>.json`` from ``{row: [refinement result per
     seed]}``: ``{row: {"trained_solver": label, "ce_by_solver": {label: [CE per seed]},
-    "drift": [CE(finest) - CE(trained) per seed]}}``."""
+    "drift": [CE(reference) - CE(trained) per seed]}}``."""
     out = {}
     for row, per_seed in results.items():
         trained = {r["trained_solver"] for r in per_seed}

@@ -38,6 +38,7 @@ from . import distributed
 from .nn.baselines import Baseline
 from .nn.config import CATConfig
 from .data import SPLITS, BatchSampler
+from .devices import mps_available
 from .evaluate import cross_entropy
 from .nn.model import CAT, solved_with
 from .optim import DECAY_ON, make_optimizer
@@ -177,11 +178,6 @@ def drawn_solver_steps(counts: tuple[int, ...], seed: int, step: int) -> int:
     return counts[int(torch.randint(len(counts), (), generator=g))]
 
 
-def _mps_available() -> bool:
-    mps = getattr(torch.backends, "mps", None)
-    return mps is not None and mps.is_available()
-
-
 def _rng_state() -> dict:
     """The global generators' states: torch's CPU one, python's, numpy's, and CUDA's
     (every device, once CUDA is initialised) and MPS's where present."""
@@ -190,7 +186,7 @@ def _rng_state() -> dict:
              "numpy": [name, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss]}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
-    if _mps_available():
+    if mps_available():
         state["mps"] = torch.mps.get_rng_state()
     return state
 
@@ -203,7 +199,7 @@ def _set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-    if "mps" in state and _mps_available():
+    if "mps" in state and mps_available():
         torch.mps.set_rng_state(state["mps"])
 
 

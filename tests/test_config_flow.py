@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 import catlib
-from catlib import evaluate, experiment as ex
+from catlib import evaluate, experiment as ex, pool
 from catlib.eval_config import DEFAULTS, EvalConfig
 from catlib.experiment_config import ExperimentConfig
 from catlib.nn.config import CATConfig
@@ -78,9 +78,9 @@ def test_earlier_names_still_work():
 
 
 def test_job_weights_only_order_the_jobs():
-    w = ex._STEP_WEIGHT
+    w = pool.STEP_WEIGHT
     assert w["content"] > w["alibi-prior"] == w["kerple-prior"] > w["absolute"] > w["relative"] \
-        > ex._BASELINE_STEP_WEIGHT
+        > pool.BASELINE_STEP_WEIGHT
     assert all(isinstance(v, int) for v in w.values())
 
 

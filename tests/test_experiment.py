@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from catlib import book
-from catlib import experiment as ex
+from catlib import experiment as ex, pool
 from catlib.data import load_corpus
 from catlib.evaluate import context_table, cross_entropy
 from catlib.extrapolation import read_extrapolation_json, read_position_csv
@@ -241,11 +241,11 @@ def test_costliest_jobs_start_first():
     spec = lambda kernel, models, dropout_on=(): dict(                     # noqa: E731
         model={"kernel": kernel}, train={"train_steps": 500, "models": models},
         dropout_on=list(dropout_on))
-    costs = [ex._expected_cost(spec("absolute", ["cat", "base"], [128])),
-             ex._expected_cost(spec("content", ["cat"])),
-             ex._expected_cost(spec("absolute", ["cat", "base"])),
-             ex._expected_cost(spec("relative", ["cat"])),
-             ex._expected_cost(spec("absolute", ["base"]))]
+    costs = [pool.expected_cost(spec("absolute", ["cat", "base"], [128])),
+             pool.expected_cost(spec("content", ["cat"])),
+             pool.expected_cost(spec("absolute", ["cat", "base"])),
+             pool.expected_cost(spec("relative", ["cat"])),
+             pool.expected_cost(spec("absolute", ["base"]))]
     assert costs == sorted(costs, reverse=True)
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from catlib import experiment as ex
+from catlib import experiment as ex, pool
 from catlib.evaluate import cross_entropy
 from catlib.nn.config import CATConfig
 from catlib.nn.model import solved_with
@@ -131,5 +131,5 @@ def test_the_ode_consistent_row_overrides_the_shared_solver_steps():
     assert model.train_length == 16 and tc.models == ("cat",)
     spec = lambda m: dict(model=m.to_dict(), train=tc.to_dict(), dropout_on=[])
     kerple, _ = ex.configs(ex.ROWS["KERPLE-prior CAT"], sizes, dict(train_steps=4), seed=0)
-    ratio = ex._expected_cost(spec(model)) / ex._expected_cost(spec(kerple))
+    ratio = pool.expected_cost(spec(model)) / pool.expected_cost(spec(kerple))
     assert 1.3 <= ratio <= 1.5

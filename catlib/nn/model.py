@@ -142,11 +142,9 @@ class CAT(nn.Module):
 
 
 @contextlib.contextmanager
-def solved_with(model: CAT, solver: str | None = None, steps: int | None = None,
-                rtol: float | None = None):
-    """``model`` (a :class:`CAT`) integrating its depth ODE with another ``solver``, step
-    count or dopri5 tolerance (``atol`` = ``rtol`` / 100) for the calls inside the block,
-    and no drawn training step counts; the weights are untouched and the config is
+def solved_with(model: CAT, solver: str | None = None, steps: int | None = None):
+    """``model`` (a :class:`CAT`) integrating its depth ODE with another ``solver`` or step
+    count for the calls inside the block, and no drawn training step counts; the weights are untouched and the config is
     restored on exit (``CAT.forward`` reads ``model.config`` on every call)."""
     config = model.config
     change = {"train_solver_steps": None}
@@ -154,8 +152,6 @@ def solved_with(model: CAT, solver: str | None = None, steps: int | None = None,
         change["solver"] = solver
     if steps is not None:
         change["solver_steps"] = steps
-    if rtol is not None:
-        change.update(rtol=rtol, atol=rtol * 1e-2)
     model.config = dataclasses.replace(config, **change)
     try:
         yield model
