@@ -123,11 +123,9 @@ CHOICES = {"basis": BASES, "variant": VARIANTS, "solver": SOLVER_NAMES, "split":
 ALIASES = {"val_every": ("--val-every",), "checkpoint_every": ("--checkpoint-every",),
            "batch_tokens": ("--batch-tokens",), "dropout_in_eval": ("--dropout-in-eval",)}
 PARSERS = {"budget": _budget}          # argparse types that the field's type does not give
-# Defaults the command line decides, and how its help says them: the solver is resolved
-# with the device (CATConfig.resolved, in train_run), the prior kernels' train_length
-# follows --seq.
-CLI_DEFAULTS = {"solver": (None, "the published choice, dopri5; rk4-classic on mps")}
-DEFAULT_WORDS = {"budget": "no limit"}
+# How the help says a default that is None: the solver is resolved with the device
+# (CATConfig.resolved, in train_run); the prior kernels' train_length follows --seq.
+DEFAULT_WORDS = {"budget": "no limit", "solver": "the published choice, dopri5; rk4-classic on mps"}
 METAVARS = {int: "N", float: "X"} | {"budget": "TIME", "lengths": "T"}
 # EvalConfig's flags, shared by train and eval.
 EVAL_CONFIGS = (EvalConfig,)
@@ -199,8 +197,8 @@ def _shown(value) -> str:
 
 
 def _add_flag(group, flag: Flag) -> None:
-    default, words = CLI_DEFAULTS.get(flag.field, (flag.default, None))
-    words = words or DEFAULT_WORDS.get(flag.field) or _shown(default)
+    default = flag.default
+    words = DEFAULT_WORDS.get(flag.field) or _shown(default)
     text = flag.help if "(default:" in flag.help else f"{flag.help} (default: {words})"
     kw = dict(dest=flag.field, default=default, help=text)
     if flag.kind is bool:
