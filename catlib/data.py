@@ -169,16 +169,28 @@ class BatchSampler:
     (B random start indices in [0, len(data) - seq - 1)), takes the windows
     ``data[s : s + seq + 1]`` and returns ``x = w[:, :-1]``, ``y = w[:, 1:]``,
     both int64 [batch, seq].
+
+    Repeated passages (``repeat_share`` p > 0): after the published draw, the first
+    ``round(p * batch)`` windows of every batch are replaced by a passage of r characters
+    repeated to ``seq + 1`` (w[t] = passage[t mod r]), r drawn uniformly from
+    ``repeat_periods`` (inclusive) and the passage from anywhere in ``data``. The draws
+    come from a second generator seeded by ``(seed, 1)``, so the published windows, and
+    the whole batch at p = 0, are the published sampler's.
     """
 
-    def __init__(self, data: torch.Tensor, batch: int, seq: int, seed: int = 0):
+    def __init__(self, data: torch.Tensor, batch: int, seq: int, seed: int = 0,
+                 repeat_share: float = 0.0, repeat_periods: tuple[int, int] | None = None):
         if batch < 1 or seq < 1:
             raise ValueError(f"batch and seq must be positive, got batch={batch}, seq={seq}")
         if len(data) - seq - 1 < 1:
             raise ValueError(f"seq={seq} is too long for {len(data)} training tokens; "
                              f"use seq <= {len(data) - 2}")
+        check_repeats(repeat_share, repeat_periods, seq)
         self.data, self.batch, self.seq = data, batch, seq
         self.rng = np.random.default_rng(seed)
+        self.n_repeat = round(repeat_share * batch)
+        self.periods = repeat_periods
+        self.repeat_rng = np.random.default_rng((seed, 1))
 
     def starts(self) -> np.ndarray:
         """Draw the next B start indices (int64 [B]); advances the generator."""
@@ -186,11 +198,36 @@ class BatchSampler:
 
     def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.from_numpy(self.starts())[:, None] + torch.arange(self.seq + 1)
+        if self.n_repeat:
+            lo, hi = self.periods
+            r = self.repeat_rng.integers(lo, hi + 1, size=self.n_repeat)            # periods
+            s = self.repeat_rng.integers(0, len(self.data) - hi, size=self.n_repeat)
+            t = np.arange(self.seq + 1)
+            idx[:self.n_repeat] = torch.from_numpy(s[:, None] + t[None, :] % r[:, None])
         w = self.data[idx]  # [B, seq + 1]
         return w[:, :-1], w[:, 1:]
 
     def state_dict(self) -> dict:
-        return {"rng": self.rng.bit_generator.state}
+        return {"rng": self.rng.bit_generator.state,
+                "repeat_rng": self.repeat_rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
         self.rng.bit_generator.state = state["rng"]
+        if "repeat_rng" in state:            # checkpoints of earlier versions have none
+            self.repeat_rng.bit_generator.state = state["repeat_rng"]
+
+
+def check_repeats(share, periods, seq: int) -> None:
+    """Raise ValueError unless ``share`` is in [0, 1] and, when it is > 0, ``periods`` is
+    (lo, hi) with 1 <= lo <= hi <= seq (a period within the training length)."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise ValueError(f"repeat_share must be a number from 0 to 1, got {share!r}")
+    if share == 0:
+        return
+    ok = (isinstance(periods, (tuple, list)) and len(periods) == 2
+          and all(isinstance(v, int) and not isinstance(v, bool) for v in periods)
+          and 1 <= periods[0] <= periods[1] <= seq)
+    if not ok:
+        raise ValueError(f"repeat_periods must be (lo, hi), integers with 1 <= lo <= hi <= "
+                         f"seq = {seq} when repeat_share > 0, got {periods!r}; e.g. "
+                         f"repeat_periods=(8, {seq})")

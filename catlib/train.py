@@ -37,7 +37,7 @@ from tqdm import tqdm  # text bar: tqdm.auto warns in kernels without ipywidgets
 from . import distributed
 from .nn.baselines import Baseline
 from .nn.config import CATConfig
-from .data import SPLITS, BatchSampler
+from .data import SPLITS, BatchSampler, check_repeats
 from .devices import mps_available
 from .evaluate import cross_entropy
 from .nn.model import CAT, solved_with
@@ -52,7 +52,8 @@ SEED_MAX = 2**32 - 1      # numpy's global seed is a 32-bit unsigned integer
 class TrainConfig:
     """Settings of the training loop (defaults: the published script).
 
-    Only ``train_steps, lr, batch, seq, seed, split, models, weight_decay_on`` change the
+    Only ``train_steps, lr, batch, seq, seed, split, models, weight_decay_on`` and the
+    repeated passages (``repeat_share``, ``repeat_periods``: :class:`~catlib.data.BatchSampler`) change the
     trained weights (:meth:`identity`); the others control logging, checkpoints and time.
     ``weight_decay_on``: the tensors AdamW decays, "all" or "matrices"; None follows the
     model's variant (published "all", causal "matrices"; :mod:`catlib.optim`). ``split`` is the
@@ -76,10 +77,14 @@ class TrainConfig:
     models: tuple = MODELS
     deterministic: bool = False  # deterministic kernels (see make_deterministic)
     weight_decay_on: str | None = None  # "all", "matrices"; None: by variant (catlib.optim)
+    repeat_share: float = 0.0   # share of each batch made of a repeated passage (BatchSampler)
+    repeat_periods: tuple[int, int] | None = None  # (lo, hi): the passage lengths drawn
 
     def __post_init__(self) -> None:
         if isinstance(self.models, (list, str)):  # from JSON, or a single name
             self.models = (self.models,) if isinstance(self.models, str) else tuple(self.models)
+        if isinstance(self.repeat_periods, list):  # from JSON
+            self.repeat_periods = tuple(self.repeat_periods)
 
     def validate(self, n_train: int | None = None, causal: bool | None = None) -> None:
         """Raise ValueError naming the field, the bad value and what is allowed.
@@ -110,6 +115,7 @@ class TrainConfig:
         if self.weight_decay_on not in (None, *DECAY_ON):
             raise ValueError(f"weight_decay_on must be one of {list(DECAY_ON)} or None (follows "
                              f"the variant), got {self.weight_decay_on!r}")
+        check_repeats(self.repeat_share, self.repeat_periods, self.seq)
         if self.budget is not None and not self.budget > 0:
             raise ValueError(f"budget must be a positive number of seconds, got {self.budget!r}")
         if causal is False and "cat" in self.models and self.seq < 2:
@@ -125,6 +131,8 @@ class TrainConfig:
         ident["models"] = [m for m in MODELS if m in self.models]  # order does not matter
         if self.weight_decay_on is not None:   # None (by variant) keeps earlier runs' identity
             ident["weight_decay_on"] = self.weight_decay_on
+        if self.repeat_share:                   # plain text keeps earlier runs' identity
+            ident["repeat"] = [self.repeat_share, list(self.repeat_periods)]
         return ident
 
     def to_dict(self) -> dict:
@@ -241,7 +249,9 @@ class SideBySide:
         self.opt_cat, self.opt_base = (
             make_optimizer(m, train_config.lr, train_config.weight_decay_on) if m is not None else None
             for m in (self.cat, self.base))
-        self.sampler = BatchSampler(train_ids, train_config.batch, train_config.seq, train_config.seed)
+        tc = train_config
+        self.sampler = BatchSampler(train_ids, tc.batch, tc.seq, tc.seed,
+                                    tc.repeat_share, tc.repeat_periods)
         self.step = 0
         self._boundary = self._snapshot()
         self._ddp = {}  # under torchrun: the models in DistributedDataParallel (made at step 1)

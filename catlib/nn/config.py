@@ -96,6 +96,7 @@ class CATConfig:
     baseline_loops: int = 1         # RoPE/ALiBi baseline: each layer applied this many times
     train_solver_steps: tuple[int, ...] | None = None  # step counts drawn per training step
     baseline_loop_scale: bool = False  # looped baseline: each application adds 1/loops of the update
+    far_heads: int = 0              # prior kernels: heads without a prior, scores log-length scaled
 
     def __post_init__(self) -> None:
         if isinstance(self.train_solver_steps, list):   # from JSON or the command line
@@ -200,6 +201,13 @@ class CATConfig:
                     f"kernel={self.kernel!r} needs train_length, the training sequence length "
                     f"(an integer >= 2; its residual lives on distances below it), got {t!r}; "
                     f"e.g. train_length=128 for runs trained on 128 characters")
+        if isinstance(self.far_heads, bool) or not isinstance(self.far_heads, int) \
+                or not 0 <= self.far_heads <= self.n_heads:
+            raise ValueError(f"far_heads must be an integer from 0 to n_heads = {self.n_heads}, "
+                             f"got {self.far_heads!r}")
+        if self.far_heads and self.kernel not in PRIOR_KERNELS:
+            raise ValueError(f"far_heads is an option of the prior kernels {list(PRIOR_KERNELS)}, "
+                             f"not of kernel={self.kernel!r}; use e.g. kernel='kerple-prior'")
         if self.kernel == "absolute":
             return
         causal = (self.variant != "published") if self.causal is None else self.causal
@@ -224,6 +232,8 @@ class CATConfig:
         is left out when None, so that the configs (and run hashes) of earlier runs stay
         as they were."""
         data = dataclasses.asdict(self)
+        if not data["far_heads"]:     # as train_solver_steps: earlier runs' hashes unchanged
+            del data["far_heads"]
         if data["train_solver_steps"] is None:
             del data["train_solver_steps"]
         else:

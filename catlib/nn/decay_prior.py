@@ -18,8 +18,16 @@ every model starts as its prior, and beyond the training length its bias is the 
 exactly, which is defined there without extrapolating anything learned. The penalty is
 the exact Sobolev seminorm of the expansion (a constant shift has no curvature).
 
-The bias is a function of distance alone, so the logits of a prefix do not change when
-the sequence grows. ``kernel_residual=False`` keeps the prior only (no spectral
+Far heads (``far_heads`` = n_f > 0, the last n_f heads): no prior (prior_h = 0, the
+causal mask alone), the residual as above, so that beyond the training length their bias
+is exactly flat and a match is reachable at any distance; and their content scores
+q_i . k_j are multiplied by g(i) = max(1, log(i + 1) / log(T_train)), 1 within the
+training length, so that a match stays as sharp among the i + 1 keys of a longer input
+as among the T_train keys it was trained on (scalable softmax's log-length factor,
+arXiv 2501.19399, applied beyond the training length only).
+
+The bias is a function of distance alone and g of the query's position, so the logits of
+a prefix do not change when the sequence grows. ``kernel_residual=False`` keeps the prior only (no spectral
 parameters): with the ALiBi prior, ALiBi inside the CAT block.
 """
 from __future__ import annotations
@@ -49,26 +57,32 @@ def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
 class DecayPriorKernel(nn.Module):
     """All heads' biases b_h(d) ``[h, L]`` at distances ``d [L]`` (see the module docstring).
 
-    Parameters: KERPLE's ``r1_raw``, ``r2_raw [h]`` (prior "kerple"); the residual's
-    ``residual.coeffs [h, n]`` (init 0) and ``residual.log_scale [h, 1]``, absent with
-    ``residual=False``. ALiBi's slopes are a buffer, not trained.
+    Parameters: KERPLE's ``r1_raw``, ``r2_raw [h - far_heads]`` (prior "kerple"); the
+    residual's ``residual.coeffs [h, n]`` (init 0) and ``residual.log_scale [h, 1]``, absent
+    with ``residual=False``. ALiBi's slopes are a buffer, not trained. The last
+    ``far_heads`` heads have no prior.
     """
 
     def __init__(self, n_heads: int, n_freq: int, prior: str, train_length: int,
-                 scale: float = 4.0, residual: bool = True, penalty: str = "exact"):
+                 scale: float = 4.0, residual: bool = True, penalty: str = "exact",
+                 far_heads: int = 0):
         super().__init__()
         if prior not in PRIORS:
             raise ValueError(f"prior must be one of {list(PRIORS)}, got {prior!r}")
         if not (isinstance(train_length, int) and train_length >= 2):
             raise ValueError(f"train_length must be an integer >= 2, got {train_length!r}")
         self.prior_name, self.train_length, self.scale = prior, train_length, float(scale)
-        self.n_heads = n_heads
+        if not 0 <= far_heads <= n_heads:
+            raise ValueError(f"far_heads must be from 0 to n_heads = {n_heads}, got {far_heads}")
+        self.n_heads, self.far_heads = n_heads, far_heads
+        decaying = n_heads - far_heads   # the first heads, with the prior
         # ALiBi's slopes (a buffer: moves with the model, not trained); KERPLE's are learned.
-        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)), persistent=False)
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)[:decaying]),
+                             persistent=False)
         if prior == "kerple":
             r1 = torch.logspace(math.log10(KERPLE_R1[0]), math.log10(KERPLE_R1[1]), n_heads)
-            self.r1_raw = nn.Parameter(_inverse_softplus(r1 - 1.0))
-            self.r2_raw = nn.Parameter(_inverse_softplus(torch.full((n_heads,), KERPLE_R2)))
+            self.r1_raw = nn.Parameter(_inverse_softplus(r1[:decaying] - 1.0))
+            self.r2_raw = nn.Parameter(_inverse_softplus(torch.full((decaying,), KERPLE_R2)))
         self.residual = None
         if residual:
             self.residual = SpectralKernel1D(n_heads, n_freq, "cosine", penalty)
@@ -81,12 +95,25 @@ class DecayPriorKernel(nn.Module):
         return (torch.log1p(d / c) / math.log1p((self.train_length - 1) / c)).clamp(max=1.0)
 
     def prior(self, d: torch.Tensor) -> torch.Tensor:
-        """The prior ``[h, L]`` at distances ``d [L]`` (float)."""
+        """The prior ``[h, L]`` at distances ``d [L]`` (float); 0 for the far heads."""
         if self.prior_name == "alibi":
-            return -self.slopes.to(d.dtype)[:, None] * d[None, :]
-        r1 = 1.0 + F.softplus(self.r1_raw.to(d.dtype))
-        r2 = F.softplus(self.r2_raw.to(d.dtype))
-        return -r1[:, None] * torch.log1p(r2[:, None] * d[None, :])
+            decay = -self.slopes.to(d.dtype)[:, None] * d[None, :]
+        else:
+            r1 = 1.0 + F.softplus(self.r1_raw.to(d.dtype))
+            r2 = F.softplus(self.r2_raw.to(d.dtype))
+            decay = -r1[:, None] * torch.log1p(r2[:, None] * d[None, :])
+        return F.pad(decay, (0, 0, 0, self.far_heads))                 # far heads: 0
+
+    def query_scale(self, length: int, device=None, dtype=None) -> torch.Tensor | None:
+        """g ``[h, T]``: 1 for the decaying heads, max(1, log(i + 1) / log(T_train)) for the
+        far heads; None without far heads."""
+        if not self.far_heads:
+            return None
+        i = torch.arange(length, device=device, dtype=torch.float64)
+        far = (torch.log1p(i) / math.log(self.train_length)).clamp(min=1.0)
+        g = torch.ones(self.n_heads, length, device=device, dtype=torch.float64)
+        g[self.n_heads - self.far_heads:] = far
+        return g.to(dtype)
 
     def anchored(self, u: torch.Tensor) -> torch.Tensor:
         """The residual r_h(u) ``[h, L]`` at ``u [L]``: the expansion minus its value at 1
@@ -110,7 +137,7 @@ class DecayPriorKernel(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"prior={self.prior_name!r}, train_length={self.train_length}, scale={self.scale}, "
-                f"residual={self.residual is not None}")
+                f"residual={self.residual is not None}, far_heads={self.far_heads}")
 
 
 class DecayPriorAttention(nn.Module):
@@ -124,11 +151,11 @@ class DecayPriorAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, n_freq: int, prior: str, train_length: int,
                  kernel_scale: float = 4.0, residual: bool = True, penalty: str = "exact",
-                 dropout: float = 0.1, dropout_in_dynamics: bool = False):
+                 dropout: float = 0.1, dropout_in_dynamics: bool = False, far_heads: int = 0):
         super().__init__()
         self.qk = QKAttention(d_model, n_heads, dropout=0.0)   # no random right-hand side
         self.kernels = DecayPriorKernel(n_heads, n_freq, prior, train_length, kernel_scale,
-                                        residual, penalty)
+                                        residual, penalty, far_heads)
         self.drop = nn.Dropout(dropout) if dropout_in_dynamics else nn.Identity()
 
     def sobolev_penalty(self) -> torch.Tensor:
@@ -138,9 +165,10 @@ class DecayPriorAttention(nn.Module):
         """The bias for sequences of ``length`` T: one Toeplitz ``[h, T, T]``, causal."""
         device, dtype = plan_target(self.qk, length, device, dtype)
         d = torch.arange(length, device=device).to(dtype)
-        return ScoreBiasPlan(length, causal_toeplitz(self.kernels(d)))        # b_h(i - j)
+        return ScoreBiasPlan(length, causal_toeplitz(self.kernels(d)),         # b_h(i - j)
+                             self.kernels.query_scale(length, device, dtype))
 
     def forward(self, x: torch.Tensor, plan: ScoreBiasPlan | None = None) -> torch.Tensor:
         if plan is None:
             plan = self.plan(x.shape[1], x.device, x.dtype)
-        return self.drop(self.qk(x, plan.causal))
+        return self.drop(self.qk(x, plan.causal, plan.query_scale))

@@ -48,7 +48,8 @@ def make_attention(cfg: CATConfig) -> nn.Module:
     if cfg.kernel in ("alibi-prior", "kerple-prior"):
         return DecayPriorAttention(d, cfg.n_heads, cfg.n_freq, cfg.kernel.split("-")[0],
                                    cfg.train_length, cfg.kernel_scale, cfg.kernel_residual,
-                                   cfg.penalty, cfg.dropout, cfg.dropout_in_dynamics)
+                                   cfg.penalty, cfg.dropout, cfg.dropout_in_dynamics,
+                                   far_heads=cfg.far_heads)
     raise ValueError(f"kernel must be one of {list(KERNELS)}, got {cfg.kernel!r}")
 
 

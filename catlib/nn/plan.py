@@ -54,9 +54,11 @@ class Plan:
 class ScoreBiasPlan(Plan):
     """A causal score bias ``bias [h, T, T]``: the kernel's value for j <= i, -inf above the
     diagonal, built masked so that every call of the solve reads it as it is (``causal``, a
-    :class:`~catlib.nn.bias.CausalBias` view of it), never a masked copy."""
+    :class:`~catlib.nn.bias.CausalBias` view of it), never a masked copy. ``query_scale``
+    ``[h, T]`` (optional): a factor on each head's content scores q_i . k_j per query."""
 
     bias: torch.Tensor
+    query_scale: torch.Tensor | None = None
 
     @property
     def causal(self) -> CausalBias:

@@ -80,12 +80,14 @@ class QKAttention(nn.Module):
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
             nn.Linear(d_model, d_model) for _ in range(4))
 
-    def forward(self, x: torch.Tensor, bias: CausalBias | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, bias: CausalBias | None = None,
+                query_scale: torch.Tensor | None = None) -> torch.Tensor:
         """``x [B, T, D]`` -> ``[B, T, D]``.
 
         ``bias``: a :class:`~catlib.nn.bias.CausalBias` (``[Bb, Hb, T, T]``, -inf above the
         diagonal), added to q_i . k_j / sqrt(d) before the causal softmax and read as views.
-        Memory beyond the bias itself: one chunk of scores, about ``SCORE_CHUNK`` entries.
+        ``query_scale`` ``[h, T]``: multiplies head h's scores q_i . k_j of query i (not the
+        bias). Memory beyond the bias itself: one chunk of scores, about ``SCORE_CHUNK`` entries.
         """
         b, length, d_model = x.shape
         heads = (b, length, self.n_heads, self.head_dim)
@@ -94,6 +96,8 @@ class QKAttention(nn.Module):
         if self.rotary:
             cos, sin = rotary_cos_sin(length, self.head_dim, x.device, q.dtype)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if query_scale is not None:
+            q = q * query_scale.to(q.dtype)[:, :, None]                        # [B, h, T, d]
         p = self.dropout if self.training else 0.0
         if bias is None:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
