@@ -39,7 +39,9 @@ class Row:
 
     ``options``: CATConfig fields of this row beyond the shared sizes, as (name, value)
     pairs; ``trains``: the models its run trains; ``published_dropout``: keep the
-    published dropout rate (the published algorithm) instead of the profile's.
+    published dropout rate (the published algorithm) instead of the profile's; ``study``:
+    a row of the repeated-passage study (the experiment's :class:`StudyConfig`: its
+    blocks and batches).
     """
 
     label: str
@@ -49,6 +51,7 @@ class Row:
     options: tuple = ()
     trains: tuple = ("cat", "base")
     published_dropout: bool = False
+    study: bool = False
 
     @property
     def is_cat(self) -> bool:
@@ -83,6 +86,18 @@ ROWS: dict[str, Row] = {a.label: a for a in (
     Row("looped ALiBi baseline, scaled", "causal", "base", "90/10",
         (("baseline_positions", "alibi"), ("baseline_loops", 4), ("baseline_loop_scale", True)),
         ("base",)),
+    # Chapter 09's repeated-passage study: several blocks, batches partly a passage repeated.
+    Row("ALiBi baseline, repeat", "causal", "base", "90/10", (("baseline_positions", "alibi"),),
+        ("base",), study=True),
+    Row("RoPE baseline, repeat", "causal", "base", "90/10", (("baseline_positions", "rope"),),
+        ("base",), study=True),
+    Row("KERPLE-prior CAT, repeat", "causal", "cat", "90/10", (("kernel", "kerple-prior"),),
+        ("cat",), study=True),
+    Row("ALiBi-prior CAT, repeat", "causal", "cat", "90/10", (("kernel", "alibi-prior"),),
+        ("cat",), study=True),
+    # The kernel designed to copy far: two heads without a prior, log-length scaled.
+    Row("far-head KERPLE CAT, repeat", "causal", "cat", "90/10",
+        (("kernel", "kerple-prior"), ("far_heads", 2)), ("cat",), study=True),
 )}
 HEADLINE = ("published CAT", "published baseline", "causal CAT", "sinusoidal baseline",
             "RoPE baseline", "ALiBi baseline")
@@ -100,18 +115,24 @@ BEYOND = DISTANCE_KERNELS + DECAY_ANCHORED + ODE_CONSISTENT + CONTROLS
 # that the book's training fits its time.
 DIAGNOSTIC = DISTANCE_KERNELS + ("looped ALiBi baseline",)
 BASELINES = ("sinusoidal baseline", "RoPE baseline", "ALiBi baseline")
-# The rows each experiment chapter trains (05: one seed of each variant's CAT and baseline).
-CHAPTER_ROWS = {"05_training": ("published CAT", "causal CAT"),
-                "06_context_length": HEADLINE,
-                "08_beyond": BEYOND + ("causal CAT",) + BASELINES}
+STUDY = tuple(label for label, row in ROWS.items() if row.study)
+# The rows each experiment chapter trains (05: one seed of each variant's CAT and baseline;
+# 09: every row of 06 and 08, for the copy test, and the study).
+_BOOK_ROWS = {"06_context_length": HEADLINE, "08_beyond": BEYOND + ("causal CAT",) + BASELINES}
+CHAPTER_ROWS = {"05_training": ("published CAT", "causal CAT"), **_BOOK_ROWS,
+                "09_using_context": tuple(dict.fromkeys(sum(_BOOK_ROWS.values(), ()))) + STUDY}
 
 
 def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
     """The seeds of row ``label`` in ``chapter``, from the chapter's parameters: 05 its one
     ``seed``; 06 ``published_seeds`` for the published rows; 08 the first seed for the
-    :data:`DIAGNOSTIC` rows; else ``seeds``."""
+    :data:`DIAGNOSTIC` rows; 09 the seeds 06 and 08 give the row (the study's: ``seeds``);
+    else ``seeds``."""
     if chapter == "05_training":
         return [params["seed"]]
+    if chapter == "09_using_context" and not ROWS[label].study:
+        owner = next(name for name, rows in _BOOK_ROWS.items() if label in rows)
+        return chapter_seeds(owner, label, params)
     if chapter == "06_context_length" and ROWS[label].variant == "published":
         return list(params["published_seeds"])
     if chapter == "08_beyond" and label in DIAGNOSTIC:
@@ -129,14 +150,18 @@ def row_configs(row: Row, experiment: ExperimentConfig, seed: int) -> tuple[CATC
     """The model and training configuration of ``row``'s run for ``seed``: the
     experiment's shared model and training settings with the row's variant, options,
     split and models (a prior kernel's ``train_length`` follows ``seq``)."""
-    options = dict(row.options)
+    options, batches = dict(row.options), {}
     if row.published_dropout:
         options["dropout"] = CATConfig.dropout      # the published rate, CATConfig's default
     if options.get("kernel") in PRIOR_KERNELS:
         options.setdefault("train_length", experiment.train.seq)  # the residual lives below it
+    if row.study:
+        study = experiment.study
+        options["blocks"] = study.study_blocks
+        batches = dict(repeat_share=study.study_share, repeat_periods=tuple(study.study_periods))
     model = dataclasses.replace(experiment.model, variant=row.variant, **options)
     return model, dataclasses.replace(experiment.train, seed=seed, split=row.split,
-                                      models=row.trains)
+                                      models=row.trains, **batches)
 
 
 def configs(row: Row, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, TrainConfig]:
@@ -149,7 +174,8 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                seeds=None, curve: bool = True, dropout_on: list | None = None,
                jobs: int | None = None, devices=None,
                echo: Callable[[str], None] | None = print,
-               progress_every: float = 30.0) -> dict[tuple[str, int], Run]:
+               progress_every: float = 30.0,
+               copy: tuple | None = None) -> dict[tuple[str, int], Run]:
     """Train (or reuse) the run of every row and seed of a grid, and score each.
 
     ``experiment``: the sizes, training and evaluation the rows share; ``seeds``: a list
@@ -159,7 +185,8 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
     (:func:`position_curve`, on at most ``curve_windows`` windows, default
     ``eval_windows``); without ``curve``, at every length. With ``dropout_on``
     (lengths), the runs of rows that keep the published dropout are also scored by the
-    published protocol, dropout on, at those lengths (:func:`dropout_on_rows`).
+    published protocol, dropout on, at those lengths (:func:`dropout_on_rows`). With
+    ``copy`` = (distances, passages), each model's copy gains too (:func:`run_copy_gain`).
 
     The runs are independent: on the CPU they train in parallel processes, ``jobs`` at a
     time, each on one thread, so that the numbers do not depend on ``jobs``; on CUDA with
@@ -189,7 +216,8 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                                   lengths=list(lengths), eval_windows=ev.eval_windows,
                                   curve_length=curve_length,
                                   curve_windows=ev.curve_windows or ev.eval_windows,
-                                  dropout_on=list(dropout_on or []) if row.published_dropout else [])
+                                  dropout_on=list(dropout_on or []) if row.published_dropout else [],
+                                  copy=[list(copy[0]), copy[1]] if copy else None)
             owners.setdefault(key, []).append((label, seed))
     done = run_jobs(specs, owners, _train_job, slots, echo, progress_every)
     out = {}
@@ -238,7 +266,8 @@ def _train_job(spec: dict, steps=None) -> dict:
                         device=spec["device"], lengths=spec["lengths"],
                         eval_windows=spec["eval_windows"], progress=False, echo=None,
                         on_step=reporter(spec["index"], steps) if "index" in spec else None)
-        corpus = load_corpus(split=tc.split) if spec["curve_length"] or spec["dropout_on"] else None
+        needs_corpus = spec["curve_length"] or spec["dropout_on"] or spec.get("copy")
+        corpus = load_corpus(split=tc.split) if needs_corpus else None
         if spec["curve_length"]:
             n = n_windows(len(corpus.val), spec["curve_length"], spec["curve_windows"])
             for model_key in tc.models:
@@ -246,6 +275,9 @@ def _train_job(spec: dict, steps=None) -> dict:
         if spec["dropout_on"]:
             dropout_on_rows(run, corpus, spec["dropout_on"], spec["eval_windows"], spec["device"],
                             curve_length=spec["curve_length"], curve_windows=spec["curve_windows"])
+        if spec.get("copy"):
+            for model_key in tc.models:
+                run_copy_gain(run, model_key, corpus, *spec["copy"], spec["device"])
         return {"name": run.path.name, "reused": run.reused}
     finally:
         torch.set_num_threads(threads)
@@ -279,6 +311,26 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
                           lambda: position_ce(model, corpus.val, length, n_windows,
                                               device=device).tolist())
     return np.array(ce, dtype=float)
+
+
+def run_copy_gain(run: Run, model_key: str, corpus: Corpus, distances, passages: int,
+                  device=None) -> dict[int, float]:
+    """The copy gain ``{distance: gain}`` of one model of a run
+    (:func:`catlib.copying.copy_gain` on the validation split), stored with the run like
+    :func:`position_curve`."""
+    from .copying import copy_gain
+
+    _check_split(run, corpus)
+    model = run.load_weights(device or "cpu")[0][model_key]
+    if model is None:
+        raise ValueError(f"{run.path.name} did not train {model_key!r}")
+    distances = [int(d) for d in distances]
+    ident = {"weights": weights_digest({model_key: model}),
+             "code": code_fingerprint() + code_fingerprint(("copying",)),
+             "distances": distances, "passages": passages}
+    gains = _stored_with_run(run, f"copy-{model_key}.json", ident, lambda: {
+        str(d): g for d, g in copy_gain(model, corpus.val, distances, passages, device).items()})
+    return {int(d): g for d, g in gains.items()}
 
 
 def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
@@ -355,12 +407,15 @@ def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
 
 
 def write_part(folder: Path, name: str, rows: dict | None = None,
-               curves: dict | None = None, depth: dict | None = None) -> None:
+               curves: dict | None = None, depth: dict | None = None,
+               context_use: dict | None = None) -> None:
     """One notebook's share of the ``results/`` artefacts, merged by the book runner.
 
     ``rows`` go to ``<folder>/extrapolation/<name>.json``, ``curves`` ({label: [L]}) to
     ``<folder>/extrapolation/<name>.csv`` (columns model, position, ce), ``depth`` (the
-    refinement table, :func:`catlib.refinement.depth_table`) to ``<folder>/depth/<name>.json``.
+    refinement table, :func:`catlib.refinement.depth_table`) to ``<folder>/depth/<name>.json``,
+    ``context_use`` (:func:`catlib.context_use.context_use_table`) to
+    ``<folder>/context_use/<name>.json``.
     """
     from .extrapolation import write_extrapolation_json, write_position_csv
 
@@ -370,10 +425,11 @@ def write_part(folder: Path, name: str, rows: dict | None = None,
         write_extrapolation_json(part / f"{name}.json", rows)
     if curves is not None:
         write_position_csv(part / f"{name}.csv", curves)
-    if depth is not None:
-        (Path(folder) / "depth").mkdir(exist_ok=True)
-        atomic_write_text(Path(folder) / "depth" / f"{name}.json",
-                          json.dumps(depth, indent=1, sort_keys=True) + "\n")
+    for kind, table in (("depth", depth), ("context_use", context_use)):
+        if table is not None:
+            (Path(folder) / kind).mkdir(exist_ok=True)
+            atomic_write_text(Path(folder) / kind / f"{name}.json",
+                              json.dumps(table, indent=1, sort_keys=True) + "\n")
 
 
 def training_costs(runs: dict, labels: Iterable[str], seeds) -> dict[str, dict]:

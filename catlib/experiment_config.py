@@ -5,7 +5,8 @@ What every row of :mod:`catlib.experiment` shares: the model's sizes (a
 the training settings (a :class:`~catlib.train.TrainConfig`, whose ``seed``, ``split``
 and ``models`` each row and seed set), the evaluation (an
 :class:`~catlib.eval_config.EvalConfig`; the longest length is scored per position) and
-the seeds. A notebook receives it as plain papermill parameters, one per field;
+the seeds; and the settings of chapter 09's repeated-passage study (:class:`StudyConfig`).
+A notebook receives it as plain papermill parameters, one per field;
 :meth:`ExperimentConfig.from_parameters` reads them back by the fields' names, so no list
 of keys is kept by hand.
 """
@@ -18,8 +19,29 @@ from .eval_config import EvalConfig
 from .nn.config import CATConfig
 from .train import TrainConfig
 
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """The repeated-passage study of chapter 09 (rows with ``Row.study``): its models'
+    ``study_blocks``, and the share of each batch (``study_share``) made of a passage of
+    r characters repeated to the training length, r drawn from ``study_periods`` (lo, hi)
+    (:class:`~catlib.data.BatchSampler`). Names of their own, not TrainConfig's, so that a
+    notebook's parameters reach the study's rows only."""
+
+    study_blocks: int = 2
+    study_share: float = 0.25
+    study_periods: tuple = (8, 112)
+
+    def label(self) -> str:
+        """How the study's rows were trained, e.g. "repeat p=0.25, r=8-112"."""
+        lo, hi = self.study_periods
+        return f"repeat p={self.study_share:g}, r={lo}-{hi}"
+
+
 # The parts of an ExperimentConfig: attribute -> its dataclass.
-PARTS = {"model": CATConfig, "train": TrainConfig, "evaluation": EvalConfig}
+PARTS = {"model": CATConfig, "train": TrainConfig, "evaluation": EvalConfig,
+         "study": StudyConfig}
 # TrainConfig fields that a row and seed set (Row.split, Row.trains, the seed).
 ROW_TRAIN_FIELDS = ("seed", "split", "models")
 
@@ -31,13 +53,14 @@ class ExperimentConfig:
     model: CATConfig = field(default_factory=CATConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
+    study: StudyConfig = field(default_factory=StudyConfig)
     seeds: tuple = (0,)
     published_seeds: tuple = (0,)
 
     @classmethod
     def from_parameters(cls, params: dict) -> "ExperimentConfig":
         """The experiment of a notebook's (or profile's) parameters: each parameter that
-        names a field of CATConfig, TrainConfig or EvalConfig goes to that part, ``seeds``
+        names a field of CATConfig, TrainConfig, EvalConfig or StudyConfig goes to that part, ``seeds``
         and ``published_seeds`` to the seeds (a single ``seed``: both); others are ignored
         (a notebook's own settings, e.g. ``check_windows``)."""
         parts = {}
@@ -50,7 +73,8 @@ class ExperimentConfig:
 
     def shared(self) -> tuple:
         """What two chapters must agree on to share their runs: the model, the training
-        settings that change the weights but are not set per row, and the evaluation."""
+        settings that change the weights but are not set per row, and the evaluation (not
+        the study, whose rows are chapter 09's only)."""
         ident = {k: v for k, v in self.train.identity().items() if k not in ROW_TRAIN_FIELDS}
         return self.model, ident, self.evaluation
 

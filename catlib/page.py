@@ -134,6 +134,9 @@ PARAMETERS: dict[str, Rule] = {
     "q_max": Rule("int", 2, example=512),
     "val_every": Rule("int", 0, example=50),
     "split_val_every": Rule("int", 1, example=10),   # the split study draws validation curves
+    "study_share": Rule("float", 0, high=1, example=0.5),
+    "study_periods": _sizes([8, 112]),
+    "copy_distances": Rule("ints", 2, example=[32, 100, 400]),
     **{name: _positive(example) for name, example in (
         ("lr", 4e-3), ("brief_lr", 1e-3), ("split_lr", 4e-3), ("check_rtol", 1e-7),
         ("check_atol", 1e-9), ("leak_tolerance", 1e-6))},
@@ -146,7 +149,7 @@ PARAMETERS: dict[str, Rule] = {
         ("step_repeats", 2), ("long_length", 5000), ("dopri5_max_steps", 600),
         ("brief_steps", 200), ("dropout_repeats", 3), ("split_d_model", 128),
         ("split_n_heads", 8), ("split_steps", 500), ("split_batch", 20), ("split_seq", 128),
-        ("sample_chars", 400))},
+        ("sample_chars", 400), ("study_blocks", 2), ("copy_passages", 8))},
 }
 
 # Pairs (a, b) with a <= b: the split study validates at least once.
@@ -193,6 +196,17 @@ def _check_device(name: str) -> None:
                              "device; run with -p device cpu (or auto)") from None
 
 
+def _check_periods(periods, seq) -> None:
+    """``study_periods`` is [lo, hi], lo <= hi <= seq: a passage's period within the
+    training length."""
+    lo_hi_fit = len(periods) == 2 and periods[0] <= periods[1] and (seq is None or periods[1] <= seq)
+    if not lo_hi_fit:
+        hi = seq or 112
+        raise ParameterError(f"parameter study_periods = {periods!r} is invalid: it must be "
+                             f"[lo, hi] with lo <= hi <= seq ({seq}); run with e.g. "
+                             f"-p study_periods '[8, {hi}]'")
+
+
 def check_parameters(values: dict, even_heads: bool = False) -> None:
     """Stop at the first invalid parameter among ``values`` (a page passes ``globals()``
     right after its ``parameters`` cell) with a one-line :class:`ParameterError` naming
@@ -201,7 +215,7 @@ def check_parameters(values: dict, even_heads: bool = False) -> None:
     Checks each name of :data:`PARAMETERS` present in ``values``: its type, its range or
     choices; that ``device`` names a device of this machine; that ``n_heads`` divides
     ``d_model`` (and ``split_n_heads`` ``split_d_model``); that ``split_val_every`` is at
-    most ``split_steps``; with ``even_heads`` (a page that trains the RoPE baseline) that
+    most ``split_steps``; that ``study_periods`` is [lo, hi] within ``seq``; with ``even_heads`` (a page that trains the RoPE baseline) that
     ``d_model / n_heads`` is even.
     """
     for name, rule in PARAMETERS.items():
@@ -214,6 +228,8 @@ def check_parameters(values: dict, even_heads: bool = False) -> None:
         if small in values and large in values and values[small] > values[large]:
             raise ParameterError(f"parameter {small} = {values[small]} is larger than {large} = "
                                  f"{values[large]}; run with e.g. -p {small} {values[large]}")
+    if "study_periods" in values:
+        _check_periods(values["study_periods"], values.get("seq"))
     for width, heads in HEAD_PAIRS:
         if width in values and heads in values:
             d, h = values[width], values[heads]

@@ -25,7 +25,7 @@ from __future__ import annotations
 # Parameters every notebook declares; the runner sets them, profiles may not.
 COMMON_PARAMETERS = ("device", "profile", "figure_dir")
 
-# The experiment of notebooks 05, 06 and 08 (and the split study of 07): one set of sizes
+# The experiment of notebooks 05, 06, 08 and 09 (and the split study of 07): one set of sizes
 # and training settings per profile, shared so that their runs are the same runs. Written
 # as the notebooks' papermill parameters (one per field); experiment(profile) is the typed
 # value (ExperimentConfig) they make.
@@ -59,6 +59,9 @@ PROFILES: dict[str, dict[str, dict]] = {
                          split_steps=40, split_lr=4e-3, split_batch=4, split_seq=32,
                          split_val_every=10),
         "08_beyond": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2]),
+        "09_using_context": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], published_seeds=[0],
+                                 study_blocks=2, study_share=0.5, study_periods=[4, 28],
+                                 copy_distances=[8, 16, 64], copy_passages=2),
     },
     "cpu": {
         "01_spectral_kernels": dict(n_freq=32, grid=128, n_heads=4),
@@ -77,6 +80,9 @@ PROFILES: dict[str, dict[str, dict]] = {
                          split_steps=500, split_lr=4e-3, split_batch=20, split_seq=128,
                          split_val_every=50),
         "08_beyond": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2]),
+        "09_using_context": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], published_seeds=[0],
+                                 study_blocks=2, study_share=0.5, study_periods=[8, 112],
+                                 copy_distances=[32, 100, 400, 1000, 2000], copy_passages=8),
     },
     "paper": {
         "01_spectral_kernels": dict(n_freq=48, grid=256, n_heads=8),
@@ -96,6 +102,10 @@ PROFILES: dict[str, dict[str, dict]] = {
                          split_d_model=128, split_n_heads=8, split_steps=800, split_lr=3e-4,
                          split_batch=32, split_seq=256, split_val_every=100),
         "08_beyond": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2]),
+        "09_using_context": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], published_seeds=[0, 1, 2],
+                                 study_blocks=2, study_share=0.5, study_periods=[8, 224],
+                                 copy_distances=[32, 100, 400, 1000, 2000, 4000],
+                                 copy_passages=16),
     },
 }
 

@@ -54,7 +54,8 @@ def publish_extrapolation(root: Path, profile: str, label: dict) -> list[Path]:
     :func:`catlib.experiment.write_part`) become ``results/extrapolation_<profile>.json``
     (``{model: {"train_length", "leak", "ce"}}``) and ``results/position_ce_<profile>.csv``
     (``model,position,ce``), the refinement tables of ``book/_generated/depth/`` become
-    ``results/depth_<profile>.json``; ``results/provenance_<profile>.json`` labels them.
+    ``results/depth_<profile>.json`` and the copy tests of ``book/_generated/context_use/``
+    ``results/context_use_<profile>.json``; ``results/provenance_<profile>.json`` labels them.
     """
     from ..extrapolation import write_extrapolation_json, write_position_csv
 
@@ -68,12 +69,13 @@ def publish_extrapolation(root: Path, profile: str, label: dict) -> list[Path]:
     if curves:
         written.append(results / f"position_ce_{profile}.csv")
         write_position_csv(written[-1], curves)
-    depth = {}
-    for part in sorted((root / "book" / "_generated" / "depth").glob("*.json")):
-        depth.update(json.loads(part.read_text()))
-    if depth:
-        written.append(results / f"depth_{profile}.json")
-        written[-1].write_text(json.dumps(depth, indent=1, sort_keys=True) + "\n")
+    for kind in ("depth", "context_use"):
+        table = {}
+        for part in sorted((root / "book" / "_generated" / kind).glob("*.json")):
+            table.update(json.loads(part.read_text()))
+        if table:
+            written.append(results / f"{kind}_{profile}.json")
+            written[-1].write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     if written:
         meta = {**label, "written_by": f"python -m catlib.book --profile {profile}",
                 "artefacts": [p.name for p in written]}

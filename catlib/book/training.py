@@ -1,16 +1,18 @@
-"""The book's first stage: the training runs of the experiment chapters (05, 06, 08), in one pool."""
+"""The book's first stage: the training runs of the experiment chapters (05, 06, 08, 09), in one pool."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-TRAINING_STAGE = "training runs of 05, 06 and 08"
+TRAINING_STAGE = "training runs of 05, 06, 08 and 09"
+CONTEXT_CHAPTER = "09_using_context"   # its study's settings and its copy test
 
 
 def train_book_pool(params: dict[str, dict], root: Path, device: str,
                     log=print) -> dict | None:
-    """Train every run the selected experiment chapters (05, 06, 08) will ask for, in one
-    pool of workers, before they execute; they then reuse the runs, with their stored
-    evaluations, per-position curves and dropout-on tables.
+    """Train every run the selected experiment chapters (05, 06, 08, 09) will ask for, in
+    one pool of workers, before they execute; they then reuse the runs, with their stored
+    evaluations, per-position curves, dropout-on tables and (09 selected) copy tests.
 
     One pool for all of them keeps every core busy to the end, where a pool per chapter
     ends with one worker idle behind its longest run. Only time depends on this: a chapter
@@ -33,6 +35,10 @@ def train_book_pool(params: dict[str, dict], root: Path, device: str,
         return None
     # 05's plots read the validation lines of its runs: its training settings, when chosen.
     experiment = setups.get("05_training", first)
+    copy = None
+    if CONTEXT_CHAPTER in chosen:     # the study's rows, and every row's copy test
+        experiment = dataclasses.replace(experiment, study=setups[CONTEXT_CHAPTER].study)
+        copy = (chosen[CONTEXT_CHAPTER]["copy_distances"], chosen[CONTEXT_CHAPTER]["copy_passages"])
     seeds = _row_seeds(chosen)
     protocol = chosen.get("06_context_length", {}).get("published_protocol", False)
     n_runs = sum(len(v) for v in seeds.values())
@@ -42,7 +48,7 @@ def train_book_pool(params: dict[str, dict], root: Path, device: str,
     runs = ex.train_grid(list(seeds), experiment, seeds=lambda label: sorted(seeds[label]),
                          root=root / "runs" / f"book-{profile}", device=device,
                          dropout_on=list(experiment.evaluation.lengths) if protocol else None,
-                         echo=lambda line: log(f"[book]   {line}", flush=True))
+                         echo=lambda line: log(f"[book]   {line}", flush=True), copy=copy)
     unique = {id(run): run for run in runs.values()}.values()
     return {"trained": sum(not run.reused for run in unique),
             "reused": sum(run.reused for run in unique)}
