@@ -144,3 +144,20 @@ def test_one_forward_pass_per_passage_of_2d_minus_1_ids():
 
     copy_ce(Spy(3), passages(_ids(300, 6), 10, 5))
     assert lengths == [(1, 19)] * 5
+
+
+def test_runs_on_catlib_models():
+    import catlib
+
+    cfg = catlib.CATConfig(vocab_size=V, d_model=16, n_heads=4, n_freq=4, variant="causal",
+                           kernel="kerple-prior", train_length=8, far_heads=2,
+                           solver="rk4-classic", solver_steps=1, dropout=0.1)
+    torch.manual_seed(0)
+    for model in (catlib.CAT(cfg), catlib.Baseline(cfg)):
+        model.train()
+        val = _ids(300, 7)
+        gain = copy_gain(model, val, distances=(4, 16), n=2)
+        assert list(gain) == [4, 16] and all(math.isfinite(g) for g in gain.values())
+        assert model.training
+        # Eval mode (no dropout), the same kernels twice: the same numbers.
+        assert copy_gain(model, val, distances=(4, 16), n=2) == gain
