@@ -72,8 +72,10 @@ class DecayPriorKernel(nn.Module):
         if not (isinstance(train_length, int) and train_length >= 2):
             raise ValueError(f"train_length must be an integer >= 2, got {train_length!r}")
         self.prior_name, self.train_length, self.scale = prior, train_length, float(scale)
-        if not 0 <= far_heads <= n_heads:
-            raise ValueError(f"far_heads must be from 0 to n_heads = {n_heads}, got {far_heads}")
+        if isinstance(far_heads, bool) or not isinstance(far_heads, int) \
+                or not 0 <= far_heads <= n_heads:
+            raise ValueError(f"far_heads must be an integer from 0 to n_heads = {n_heads}, "
+                             f"got {far_heads!r}")
         self.n_heads, self.far_heads = n_heads, far_heads
         decaying = n_heads - far_heads   # the first heads, with the prior
         # ALiBi's slopes (a buffer: moves with the model, not trained); KERPLE's are learned.
@@ -109,11 +111,15 @@ class DecayPriorKernel(nn.Module):
         far heads; None without far heads."""
         if not self.far_heads:
             return None
-        i = torch.arange(length, device=device, dtype=torch.float64)
+        # Float64 on the device, or on the CPU and then moved (MPS holds no float64).
+        home = "cpu" if device is not None and torch.device(device).type == "mps" else device
+        i = torch.arange(length, device=home, dtype=torch.float64)
         far = (torch.log1p(i) / math.log(self.train_length)).clamp(min=1.0)
-        g = torch.ones(self.n_heads, length, device=device, dtype=torch.float64)
+        # 1 itself within the training length: log1p(T - 1) / log(T) may round to 1 + ulp.
+        far = far.masked_fill(i < self.train_length, 1.0)
+        g = torch.ones(self.n_heads, length, device=home, dtype=torch.float64)
         g[self.n_heads - self.far_heads:] = far
-        return g.to(dtype)
+        return g.to(dtype).to(device)
 
     def anchored(self, u: torch.Tensor) -> torch.Tensor:
         """The residual r_h(u) ``[h, L]`` at ``u [L]``: the expansion minus its value at 1

@@ -1,0 +1,163 @@
+"""The copy test (catlib.copying): passages, copy_ce, copy_gain.
+
+What each test catches:
+- first and second copies scored at the wrong positions (a model that copies exactly
+  d characters back must gain the whole of log V; one that reads the current token only
+  must gain nothing);
+- passages that differ between models or calls, or that run past the validation split;
+- a model left in eval mode after the test, or scored in train mode.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from catlib.copying import copy_ce, copy_gain, passages
+
+V = 11
+EPS64 = torch.finfo(torch.float64).eps
+LOGIT = 30.0     # the copier's logit on the token it copies; every other logit is 0
+
+
+def _ids(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+class Copier(torch.nn.Module):
+    """Logits ``[B, T, V]`` at position t: LOGIT on the input token x[t - d + 1] (the target
+    of the second copy, d - 1 back), 0 elsewhere; all 0 (uniform) while t - d + 1 < 0."""
+
+    def __init__(self, distance: int):
+        super().__init__()
+        self.distance = distance
+        self.zero = torch.nn.Parameter(torch.zeros(()))    # copy_ce reads the device here
+        self.modes = []                                      # self.training at each call
+
+    def forward(self, x: torch.Tensor):
+        self.modes.append(self.training)
+        b, t = x.shape
+        back = self.distance - 1
+        peak = torch.zeros(b, t, V)
+        if t > back:                                 # rows back..t-1 copy x[0..t-1-back]
+            peak[:, back:].scatter_(-1, x[:, :t - back, None], LOGIT)
+        return peak + self.zero, torch.zeros(())
+
+
+class Bigram(torch.nn.Module):
+    """Logits ``[B, T, V]`` = log of the add-one smoothed bigram frequencies of ``ids``,
+    a function of the current token alone."""
+
+    def __init__(self, ids: torch.Tensor):
+        super().__init__()
+        counts = torch.ones(V, V, dtype=torch.float64)
+        counts.index_put_((ids[:-1], ids[1:]), torch.ones(len(ids) - 1, dtype=torch.float64),
+                          accumulate=True)
+        self.table = torch.nn.Parameter((counts / counts.sum(1, keepdim=True)).log().float())
+
+    def forward(self, x: torch.Tensor):
+        return self.table[x], torch.zeros(())
+
+
+@pytest.mark.parametrize("d", [2, 5, 32])
+def test_an_exact_copier_gains_all_of_log_v(d):
+    val = _ids(500, 0)
+    model = Copier(d)
+    first, second = copy_ce(model, passages(val, d, 4))
+    # First copy: uniform logits, CE = log V; second: log(1 + (V - 1) e^-LOGIT) per target.
+    # Float32 logits 0 and LOGIT are exact; the CE is taken in float64.
+    want_second = math.log1p((V - 1) * math.exp(-LOGIT))
+    tol = 64 * EPS64 * math.log(V)
+    np.testing.assert_allclose(first, math.log(V), rtol=0, atol=tol)
+    np.testing.assert_allclose(second, want_second, rtol=0, atol=tol)
+    gain = copy_gain(model, val, distances=(d,), n=4)
+    assert list(gain) == [d]
+    assert abs(gain[d] - (math.log(V) - want_second)) <= tol
+    assert gain[d] > math.log(V) - 1e-9
+
+
+def test_the_copier_at_another_distance_gains_nothing_positive():
+    # Its confident guesses d' - 1 back are wrong on random text: a loss, not a gain.
+    gain = copy_gain(Copier(7), _ids(500, 1), distances=(12,), n=4)
+    assert gain[12] < 0
+
+
+def test_a_bigram_model_gains_nothing():
+    train, val = _ids(5000, 2), _ids(2000, 3)
+    model = Bigram(train)
+    for d in (2, 16, 100):
+        first, second = copy_ce(model, passages(val, d))
+        # Both copies score x[1:] from the same current tokens: the same logits rows.
+        # Float64 CE of float32 rows; a few ulps of |CE| for rounding in the mean.
+        tol = 64 * EPS64 * max(1.0, float(np.abs(first).max()))
+        np.testing.assert_allclose(second, first, rtol=0, atol=tol)
+    gain = copy_gain(model, val, distances=(2, 16, 100))
+    assert list(gain) == [2, 16, 100]
+    assert all(abs(g) <= 64 * EPS64 * 2 * math.log(V) for g in gain.values())
+
+
+def test_passages_shape_and_spread():
+    val = torch.arange(1000)
+    x = passages(val, 100, 8)
+    assert x.shape == (8, 100) and x.dtype == torch.int64
+    starts = x[:, 0].tolist()
+    assert starts == [k * 900 // 8 for k in range(8)]
+    assert torch.equal(x, torch.stack([val[s:s + 100] for s in starts]))
+    assert x[-1, -1] < len(val)
+    # The whole split as one passage: every start is 0.
+    assert torch.equal(passages(val, 1000, 3), val.expand(3, 1000))
+
+
+def test_passages_are_the_same_for_the_same_val_and_distance():
+    val = _ids(3000, 4)
+    assert torch.equal(passages(val, 400), passages(val.clone(), 400))
+    assert passages(val, 400).shape == (8, 400)            # PASSAGES by default
+
+
+def test_passages_errors_name_the_fix():
+    val = torch.arange(50)
+    with pytest.raises(ValueError, match="shorter distance"):
+        passages(val, 51)
+    for bad in (1, 0, -3):
+        with pytest.raises(ValueError, match="distance must be >= 2"):
+            passages(val, bad)
+    with pytest.raises(ValueError, match="n >= 1"):
+        passages(val, 10, 0)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_scored_in_eval_mode_and_mode_restored(training):
+    model = Copier(4)
+    model.train(training)
+    copy_gain(model, _ids(200, 5), distances=(4, 8), n=2)
+    assert model.training is training
+    assert model.modes and not any(model.modes)          # every forward pass in eval mode
+
+
+def test_one_forward_pass_per_passage_of_2d_minus_1_ids():
+    lengths = []
+
+    class Spy(Copier):
+        def forward(self, x):
+            lengths.append(tuple(x.shape))
+            return super().forward(x)
+
+    copy_ce(Spy(3), passages(_ids(300, 6), 10, 5))
+    assert lengths == [(1, 19)] * 5
+
+
+def test_runs_on_catlib_models():
+    import catlib
+
+    cfg = catlib.CATConfig(vocab_size=V, d_model=16, n_heads=4, n_freq=4, variant="causal",
+                           kernel="kerple-prior", train_length=8, far_heads=2,
+                           solver="rk4-classic", solver_steps=1, dropout=0.1)
+    torch.manual_seed(0)
+    for model in (catlib.CAT(cfg), catlib.Baseline(cfg)):
+        model.train()
+        val = _ids(300, 7)
+        gain = copy_gain(model, val, distances=(4, 16), n=2)
+        assert list(gain) == [4, 16] and all(math.isfinite(g) for g in gain.values())
+        assert model.training
+        # Eval mode (no dropout), the same kernels twice: the same numbers.
+        assert copy_gain(model, val, distances=(4, 16), n=2) == gain
