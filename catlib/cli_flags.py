@@ -93,6 +93,10 @@ CATLIB_FIELDS = {
                        "prior alone)",
     "train_length": "T_train of the prior kernels, below which the residual lives "
                     "(default: --seq)",
+    "far_heads": "prior kernels: the last N heads have no prior (the residual alone, flat "
+                 "beyond --train_length) and log-length scaled scores beyond it",
+    "attention_residual": "CAT block: the dynamics add the attention's output itself, "
+                          "a + FF(LN(h + a)), not only through the feed-forward network",
     "train_solver_steps": "ODE-consistent training: each training step of CAT draws the "
                           "fixed-step solver's step count from these, e.g. 1 2; the largest "
                           "must be --solver_steps, which validation and evaluation use "
@@ -106,6 +110,9 @@ CATLIB_FIELDS = {
     "val_windows": "windows of length --seq per validation",
     "checkpoint_every": "steps between checkpoints",
     "log_every": "steps between the published progress lines",
+    "repeat_share": "share of each training batch made of a passage repeated to --seq "
+                    "(the copy study; 0: plain text)",
+    "repeat_periods": "lo hi: the repeated passage's length r, drawn from [lo, hi], hi <= --seq",
     "deterministic": "deterministic kernels only (torch.use_deterministic_algorithms; "
                      "bitwise-repeatable runs on CUDA, at some speed)",
     "weight_decay_on": "what AdamW's weight decay (0.01) acts on: all (every parameter, the "

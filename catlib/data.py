@@ -175,7 +175,9 @@ class BatchSampler:
     repeated to ``seq + 1`` (w[t] = passage[t mod r]), r drawn uniformly from
     ``repeat_periods`` (inclusive) and the passage from anywhere in ``data``. The draws
     come from a second generator seeded by ``(seed, 1)``, so the published windows, and
-    the whole batch at p = 0, are the published sampler's.
+    the whole batch at p = 0, are the published sampler's. (Under DDP each rank takes its
+    slice of this global batch: the repeated windows go to the first ranks, the averaged
+    gradient is the same.)
     """
 
     def __init__(self, data: torch.Tensor, batch: int, seq: int, seed: int = 0,
@@ -185,7 +187,7 @@ class BatchSampler:
         if len(data) - seq - 1 < 1:
             raise ValueError(f"seq={seq} is too long for {len(data)} training tokens; "
                              f"use seq <= {len(data) - 2}")
-        check_repeats(repeat_share, repeat_periods, seq)
+        check_repeats(repeat_share, repeat_periods, seq, batch)
         self.data, self.batch, self.seq = data, batch, seq
         self.rng = np.random.default_rng(seed)
         self.n_repeat = round(repeat_share * batch)
@@ -217,9 +219,10 @@ class BatchSampler:
             self.repeat_rng.bit_generator.state = state["repeat_rng"]
 
 
-def check_repeats(share, periods, seq: int) -> None:
+def check_repeats(share, periods, seq: int, batch: int | None = None) -> None:
     """Raise ValueError unless ``share`` is in [0, 1] and, when it is > 0, ``periods`` is
-    (lo, hi) with 1 <= lo <= hi <= seq (a period within the training length)."""
+    (lo, hi) with 1 <= lo <= hi <= seq (a period within the training length) and
+    round(share * batch) is at least one window (no share silently rounded away)."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
         raise ValueError(f"repeat_share must be a number from 0 to 1, got {share!r}")
     if share == 0:
@@ -231,3 +234,6 @@ def check_repeats(share, periods, seq: int) -> None:
         raise ValueError(f"repeat_periods must be (lo, hi), integers with 1 <= lo <= hi <= "
                          f"seq = {seq} when repeat_share > 0, got {periods!r}; e.g. "
                          f"repeat_periods=(8, {seq})")
+    if batch is not None and round(share * batch) < 1:
+        raise ValueError(f"repeat_share = {share} of a batch of {batch} rounds to no repeated "
+                         f"window; use repeat_share >= {1 / batch:.3g} (one window per batch)")

@@ -53,8 +53,9 @@ class TrainConfig:
     """Settings of the training loop (defaults: the published script).
 
     Only ``train_steps, lr, batch, seq, seed, split, models, weight_decay_on`` and the
-    repeated passages (``repeat_share``, ``repeat_periods``: :class:`~catlib.data.BatchSampler`) change the
-    trained weights (:meth:`identity`); the others control logging, checkpoints and time.
+    repeated passages (``repeat_share``, ``repeat_periods``: :class:`~catlib.data.BatchSampler`)
+    change the trained weights (:meth:`identity`); the others control logging, checkpoints
+    and time.
     ``weight_decay_on``: the tensors AdamW decays, "all" or "matrices"; None follows the
     model's variant (published "all", causal "matrices"; :mod:`catlib.optim`). ``split`` is the
     corpus split (:data:`catlib.data.SPLITS`); ``models`` the models trained: both, as
@@ -115,7 +116,7 @@ class TrainConfig:
         if self.weight_decay_on not in (None, *DECAY_ON):
             raise ValueError(f"weight_decay_on must be one of {list(DECAY_ON)} or None (follows "
                              f"the variant), got {self.weight_decay_on!r}")
-        check_repeats(self.repeat_share, self.repeat_periods, self.seq)
+        check_repeats(self.repeat_share, self.repeat_periods, self.seq, self.batch)
         if self.budget is not None and not self.budget > 0:
             raise ValueError(f"budget must be a positive number of seconds, got {self.budget!r}")
         if causal is False and "cat" in self.models and self.seq < 2:

@@ -187,3 +187,10 @@ def test_training_samples_with_the_repeats():
     want = BatchSampler(torch.arange(2000) % 13, 4, 16, 2, 0.5, (3, 9))
     for (x1, y1), (x2, y2) in zip(_batches(side.sampler, 3), _batches(want, 3)):
         assert torch.equal(x1, x2) and torch.equal(y1, y2)
+
+
+def test_a_share_that_rounds_to_no_window_is_refused():
+    """0.01 of a batch of 20 would silently train on plain text only."""
+    with pytest.raises(ValueError, match="rounds to no repeated window"):
+        TrainConfig(batch=20, seq=32, repeat_share=0.01, repeat_periods=(4, 16)).validate()
+    TrainConfig(batch=20, seq=32, repeat_share=0.05, repeat_periods=(4, 16)).validate()

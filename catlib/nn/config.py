@@ -97,6 +97,7 @@ class CATConfig:
     train_solver_steps: tuple[int, ...] | None = None  # step counts drawn per training step
     baseline_loop_scale: bool = False  # looped baseline: each application adds 1/loops of the update
     far_heads: int = 0              # prior kernels: heads without a prior, scores log-length scaled
+    attention_residual: bool = False  # the block's dynamics add the attention's output itself
 
     def __post_init__(self) -> None:
         if isinstance(self.train_solver_steps, list):   # from JSON or the command line
@@ -194,6 +195,9 @@ class CATConfig:
                 raise ValueError(f"{name} must be a number of tokens > 0, got {value!r}")
         if not isinstance(self.kernel_residual, bool):
             raise ValueError(f"kernel_residual must be True or False, got {self.kernel_residual!r}")
+        if not isinstance(self.attention_residual, bool):
+            raise ValueError(f"attention_residual must be True or False, "
+                             f"got {self.attention_residual!r}")
         if self.kernel in PRIOR_KERNELS:
             t = self.train_length
             if isinstance(t, bool) or not isinstance(t, int) or t < 2:
@@ -232,8 +236,9 @@ class CATConfig:
         is left out when None, so that the configs (and run hashes) of earlier runs stay
         as they were."""
         data = dataclasses.asdict(self)
-        if not data["far_heads"]:     # as train_solver_steps: earlier runs' hashes unchanged
-            del data["far_heads"]
+        for name in ("far_heads", "attention_residual"):   # at their defaults: left out, as
+            if not data[name]:                             # train_solver_steps, so that earlier
+                del data[name]                             # runs' hashes stay as they were
         if data["train_solver_steps"] is None:
             del data["train_solver_steps"]
         else:

@@ -62,10 +62,16 @@ class Block(nn.Module):
         self.attn = make_attention(cfg)
         self.norm = nn.LayerNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.attention_residual = cfg.attention_residual
 
     def rhs(self, h: torch.Tensor, plan: Plan | None = None) -> torch.Tensor:
-        """f(h) for ``h [B, T, D]``."""
-        return self.ff(self.norm(h + self.attn(h, plan)))
+        """f(h) for ``h [B, T, D]``: the published FF(LN(h + a)), a = attn(h), where what
+        attention reads reaches the state only through the feed-forward network; with
+        ``attention_residual``, a + FF(LN(h + a)), so that it is also added directly, as a
+        Transformer layer's residual path adds it."""
+        a = self.attn(h, plan)
+        f = self.ff(self.norm(h + a))
+        return f + a if self.attention_residual else f
 
 
 class _PlannedDynamics(nn.Module):

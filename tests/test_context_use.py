@@ -1,0 +1,106 @@
+"""Chapter 09's experiment: the study's rows, the copy test in the pool, the artefact."""
+import json
+
+import numpy as np
+import pytest
+
+from catlib import book
+from catlib import context_use as cu
+from catlib import experiment as ex
+from catlib.experiment_config import ExperimentConfig, StudyConfig
+
+SHARED = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1,
+              dropout=0.0, train_steps=3, lr=4e-3, batch=4, seq=16, lengths=[16, 32],
+              eval_windows=2, curve_windows=2)
+STUDY = dict(study_blocks=2, study_share=0.5, study_periods=[4, 12])
+
+
+def test_study_rows_take_the_studys_blocks_and_batches():
+    # Catches a study row trained on plain text or with one block, and a plain row that
+    # picks up the study's settings.
+    experiment = ExperimentConfig.from_parameters(dict(SHARED, **STUDY, seeds=[0, 1]))
+    assert experiment.train.repeat_share == 0 and experiment.model.blocks == 1
+    for label in ex.STUDY:
+        model, tc = ex.row_configs(ex.ROWS[label], experiment, seed=1)
+        assert model.blocks == 2 and tc.repeat_share == 0.5 and tc.repeat_periods == (4, 12)
+        assert tc.seed == 1 and tc.split == "90/10"
+        if model.kernel.endswith("prior"):
+            assert model.train_length == 16
+    model, _ = ex.row_configs(ex.ROWS["far-head KERPLE CAT, repeat"], experiment, 0)
+    assert model.kernel == "kerple-prior" and model.far_heads == 2
+    model, tc = ex.row_configs(ex.ROWS["ALiBi baseline"], experiment, 0)
+    assert model.blocks == 1 and tc.repeat_share == 0
+    # The study is not shared: chapters that differ only in it share their runs.
+    plain = ExperimentConfig.from_parameters(dict(SHARED, seeds=[0, 1]))
+    assert plain.shared() == experiment.shared() and plain.study == StudyConfig()
+    assert experiment.study.label() == "repeat p=0.5, r=4-12"
+
+
+def test_chapter_09_covers_the_rows_of_06_and_08_with_their_seeds():
+    # Catches a book row missing from the copy test, or copied with seeds its chapter
+    # never trained (they would train here).
+    rows = ex.CHAPTER_ROWS["09_using_context"]
+    assert set(rows) == set(ex.CHAPTER_ROWS["06_context_length"]) | set(
+        ex.CHAPTER_ROWS["08_beyond"]) | set(ex.STUDY)
+    assert len(rows) == len(set(rows)) and len(ex.STUDY) >= 5
+    p = {"seeds": [0, 1, 2], "published_seeds": [0]}
+    for label in rows:
+        owner = "06_context_length" if label in ex.CHAPTER_ROWS["06_context_length"] else "08_beyond"
+        want = p["seeds"] if ex.ROWS[label].study else ex.chapter_seeds(owner, label, p)
+        assert ex.chapter_seeds("09_using_context", label, p) == want, label
+    assert ex.chapter_seeds("09_using_context", "published CAT", p) == [0]
+    assert ex.chapter_seeds("09_using_context", "relative CAT", p) == [0]
+    assert ex.chapter_seeds("09_using_context", "far-head KERPLE CAT, repeat", p) == [0, 1, 2]
+
+
+def test_pool_trains_the_study_and_stores_every_copy_test(tmp_path, tiny_path, monkeypatch):
+    # Catches a pool that leaves the study or the copy tests to the chapter (they would
+    # run on one core after the pool), and a copy test computed again when stored.
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    params = {"09_using_context": dict(SHARED, **STUDY, seeds=[0], published_seeds=[0],
+                                       copy_distances=[4, 8], copy_passages=1, profile="t")}
+    monkeypatch.setattr(ex, "CHAPTER_ROWS", {"09_using_context": ("ALiBi baseline",
+                                                                  "ALiBi baseline, repeat",
+                                                                  "far-head KERPLE CAT, repeat")})
+    quiet = lambda *a, **k: None                                           # noqa: E731
+    assert book.train_runs_first(params, tmp_path, "cpu", log=quiet) == {"trained": 3, "reused": 0}
+    root = tmp_path / "runs" / "book-t"
+    stored = sorted(p.parent.name for p in root.glob("*/copy-*.json"))
+    assert len(stored) == 3
+    experiment = ExperimentConfig.from_parameters(params["09_using_context"])
+    runs = ex.train_grid(ex.CHAPTER_ROWS["09_using_context"], experiment, root=root,
+                         device="cpu", echo=None)
+    assert runs["far-head KERPLE CAT, repeat", 0].model_config.blocks == 2
+    import catlib.copying
+    monkeypatch.setattr(catlib.copying, "copy_gain", None)     # stored: never computed again
+    from catlib.data import load_corpus
+    corpus = {"90/10": load_corpus(tiny_path, split="90/10")}
+    gains = cu.copy_gains(runs, ex.CHAPTER_ROWS["09_using_context"], lambda label: [0], corpus,
+                          [4, 8], 1)
+    assert all(g.shape == (1, 2) and np.isfinite(g).all() for g in gains.values())
+
+
+def test_context_use_part_reaches_results(tmp_path):
+    # Catches an artefact without the study's label, blocks or per-seed gains.
+    experiment = ExperimentConfig.from_parameters(dict(SHARED, **STUDY, seeds=[0, 1]))
+    gains = {"ALiBi baseline": np.array([[0.01, -0.02], [0.0, 0.01]]),
+             "ALiBi baseline, repeat": np.array([[0.8, 0.1], [0.6, 0.2]])}
+    ce = {label: np.array([[1.9, 2.0], [1.8, 2.1]]) for label in gains}
+    table = cu.context_use_table(gains, ce, [100, 32], [16, 32], experiment)
+    assert table["ALiBi baseline"]["train"] == "plain" and table["ALiBi baseline"]["blocks"] == 1
+    study = table["ALiBi baseline, repeat"]
+    assert study["train"].startswith("repeat p=0.5") and study["blocks"] == 2
+    assert study["copy_gain"] == {"32": [0.8, 0.6], "100": [0.1, 0.2]}   # sorted distances
+    assert study["ce"] == {"16": pytest.approx(1.85), "32": pytest.approx(2.05)}
+    generated = tmp_path / "book" / "_generated"
+    ex.write_part(generated, "09_using_context", context_use=table)
+    written = book.publish_extrapolation(tmp_path, "cpu", {"commit": "abc"})
+    assert [p.name for p in written] == ["context_use_cpu.json"]
+    assert json.loads(written[0].read_text()) == table
+
+
+def test_kept_fraction():
+    gains = np.array([[0.4, 0.2, 0.1], [0.6, 0.2, 0.0]])
+    assert cu.kept_fraction(gains, [100, 1000, 2000], 100, 1000) == pytest.approx(0.4)
+    assert cu.kept_fraction(gains, [100, 1000, 2000], 100, 2000) == pytest.approx(0.1)
+    assert np.isnan(cu.kept_fraction(-gains, [100, 1000, 2000], 100, 1000))
