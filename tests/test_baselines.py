@@ -202,6 +202,17 @@ def test_toeplitz_and_alibi_biases():
     assert torch.equal(alibi_bias(3, 9), want)
 
 
+@pytest.mark.parametrize("length", [1, 2, 9, 130])
+def test_toeplitz_without_grad_copies_the_same_entries(length):
+    # Catches the strided copy used in evaluation drifting from the gather used in training.
+    values = torch.randn(4, length, requires_grad=True)
+    with torch.no_grad():
+        fast = causal_toeplitz(values)
+    gathered = causal_toeplitz(values)
+    assert gathered.requires_grad and not fast.requires_grad
+    assert torch.equal(fast, gathered.detach()) and fast.is_contiguous()
+
+
 # ------------------------------------------------------------------ the models
 
 @pytest.mark.parametrize("positions", QK)

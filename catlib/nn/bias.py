@@ -47,8 +47,16 @@ def causal_toeplitz(values: torch.Tensor) -> torch.Tensor:
     ``values[:, i - j]`` for j <= i and -inf above the diagonal (a causal bias as it is).
 
     In place after the gather: at T = 5000, h = 8 the bias alone is 0.8 GB in float32.
+    Without grad (evaluation) the same entries are copied from a strided view instead of
+    gathered through a [T, T] index: the same values, about twice as fast at long T.
     """
-    pos = torch.arange(values.shape[-1], device=values.device)
+    h, length = values.shape
+    if not (torch.is_grad_enabled() and values.requires_grad):
+        # w[k] = values[T-1-k] for k < T, -inf after; row T-1-i of the view is w[T-1-i:],
+        # whose entry j is values[i - j] (or -inf for j > i): flip the rows to order by i.
+        w = torch.cat([values.flip(-1), values.new_full((h, length - 1), -math.inf)], dim=-1)
+        return w.as_strided((h, length, length), (w.stride(0), 1, 1)).flip(-2)
+    pos = torch.arange(length, device=values.device)
     distance = pos[:, None] - pos[None, :]
     return values[:, distance.clamp(min=0)].masked_fill_(distance < 0, -math.inf)
 
