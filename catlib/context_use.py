@@ -44,12 +44,17 @@ def context_use_table(gains: dict[str, np.ndarray], ce: dict[str, np.ndarray], d
     return table
 
 
-def kept_fraction(gains: np.ndarray, distances, near: int, far: int) -> float:
-    """Mean over seeds of gain(far) / gain(near), from ``gains [seeds, distances]``: the share
-    of a model's copying at ``near`` characters that it keeps at ``far``; nan when its
-    mean gain at ``near`` is not positive (nothing to keep)."""
+# A mean copy gain below this (nats per character) is no copying: nothing to keep.
+MIN_GAIN = 0.01
+
+
+def kept_fraction(gains: np.ndarray, distances, near: int, far: int,
+                  min_gain: float = MIN_GAIN) -> float:
+    """Mean gain(far) / mean gain(near) over seeds, from ``gains [seeds, distances]``: the
+    share of a model's copying at ``near`` characters that it keeps at ``far``; nan when
+    its mean gain at ``near`` is below ``min_gain`` (nothing to keep)."""
     d = sorted(distances)
     g_near, g_far = gains[:, d.index(near)], gains[:, d.index(far)]
-    if not g_near.mean() > 0:
+    if not g_near.mean() >= min_gain:
         return float("nan")
     return float(g_far.mean() / g_near.mean())

@@ -86,18 +86,29 @@ ROWS: dict[str, Row] = {a.label: a for a in (
     Row("looped ALiBi baseline, scaled", "causal", "base", "90/10",
         (("baseline_positions", "alibi"), ("baseline_loops", 4), ("baseline_loop_scale", True)),
         ("base",)),
-    # Chapter 09's repeated-passage study: several blocks, batches partly a passage repeated.
+    # Chapter 09's repeated-passage study: several blocks, batches partly a passage
+    # repeated. Its CATs add the attention's output to the dynamics (attention_residual).
     Row("ALiBi baseline, repeat", "causal", "base", "90/10", (("baseline_positions", "alibi"),),
         ("base",), study=True),
     Row("RoPE baseline, repeat", "causal", "base", "90/10", (("baseline_positions", "rope"),),
         ("base",), study=True),
-    Row("KERPLE-prior CAT, repeat", "causal", "cat", "90/10", (("kernel", "kerple-prior"),),
-        ("cat",), study=True),
-    Row("ALiBi-prior CAT, repeat", "causal", "cat", "90/10", (("kernel", "alibi-prior"),),
-        ("cat",), study=True),
-    # The kernel designed to copy far: two heads without a prior, log-length scaled.
+    Row("KERPLE-prior CAT, repeat", "causal", "cat", "90/10",
+        (("kernel", "kerple-prior"), ("attention_residual", True)), ("cat",), study=True),
+    Row("ALiBi-prior CAT, repeat", "causal", "cat", "90/10",
+        (("kernel", "alibi-prior"), ("attention_residual", True)), ("cat",), study=True),
+    # The kernel designed to copy far: ALiBi's prior on six heads, two heads without a
+    # prior whose scores are log-length scaled beyond the training length.
+    Row("far-head ALiBi CAT, repeat", "causal", "cat", "90/10",
+        (("kernel", "alibi-prior"), ("far_heads", 2), ("attention_residual", True)), ("cat",),
+        study=True),
+    # Diagnostics (one seed): the far heads beside KERPLE's heavier-tailed prior, and the
+    # designed kernel in the published block (attention reaches the state only through
+    # the feed-forward network).
     Row("far-head KERPLE CAT, repeat", "causal", "cat", "90/10",
-        (("kernel", "kerple-prior"), ("far_heads", 2)), ("cat",), study=True),
+        (("kernel", "kerple-prior"), ("far_heads", 2), ("attention_residual", True)), ("cat",),
+        study=True),
+    Row("far-head ALiBi CAT, published block, repeat", "causal", "cat", "90/10",
+        (("kernel", "alibi-prior"), ("far_heads", 2)), ("cat",), study=True),
 )}
 HEADLINE = ("published CAT", "published baseline", "causal CAT", "sinusoidal baseline",
             "RoPE baseline", "ALiBi baseline")
@@ -114,6 +125,9 @@ BEYOND = DISTANCE_KERNELS + DECAY_ANCHORED + ODE_CONSISTENT + CONTROLS
 # loop whose failure is a finding): one seed each, the first of the chapter's seeds, so
 # that the book's training fits its time.
 DIAGNOSTIC = DISTANCE_KERNELS + ("looped ALiBi baseline",)
+STUDY_DIAGNOSTIC = ("far-head KERPLE CAT, repeat", "far-head ALiBi CAT, published block, repeat")
+# The study's kernel designed to copy far.
+FAR_COPY = "far-head ALiBi CAT, repeat"
 BASELINES = ("sinusoidal baseline", "RoPE baseline", "ALiBi baseline")
 STUDY = tuple(label for label, row in ROWS.items() if row.study)
 # The rows each experiment chapter trains (05: one seed of each variant's CAT and baseline;
@@ -126,17 +140,17 @@ CHAPTER_ROWS = {"05_training": ("published CAT", "causal CAT"), **_BOOK_ROWS,
 def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
     """The seeds of row ``label`` in ``chapter``, from the chapter's parameters: 05 its one
     ``seed``; 06 ``published_seeds`` for the published rows; 08 the first seed for the
-    :data:`DIAGNOSTIC` rows; 09 the seeds 06 and 08 give the row (the study's: ``seeds``);
-    else ``seeds``."""
+    :data:`DIAGNOSTIC` rows; 09 the seeds 06 and 08 give the row (the study's: ``seeds``,
+    the first for :data:`STUDY_DIAGNOSTIC`); else ``seeds``."""
     if chapter == "05_training":
         return [params["seed"]]
     if chapter == "09_using_context" and not ROWS[label].study:
         owner = next(name for name, rows in _BOOK_ROWS.items() if label in rows)
         return chapter_seeds(owner, label, params)
+    if label in DIAGNOSTIC + STUDY_DIAGNOSTIC:       # 08's and 09's diagnostics
+        return list(params["seeds"][:1])
     if chapter == "06_context_length" and ROWS[label].variant == "published":
         return list(params["published_seeds"])
-    if chapter == "08_beyond" and label in DIAGNOSTIC:
-        return list(params["seeds"][:1])
     return list(params["seeds"])
 
 
@@ -158,6 +172,8 @@ def row_configs(row: Row, experiment: ExperimentConfig, seed: int) -> tuple[CATC
     if row.study:
         study = experiment.study
         options["blocks"] = study.study_blocks
+        if row.is_cat:
+            options.setdefault("solver", study.study_solver)
         batches = dict(repeat_share=study.study_share, repeat_periods=tuple(study.study_periods))
     model = dataclasses.replace(experiment.model, variant=row.variant, **options)
     return model, dataclasses.replace(experiment.train, seed=seed, split=row.split,

@@ -24,13 +24,16 @@ from .train import TrainConfig
 @dataclass(frozen=True)
 class StudyConfig:
     """The repeated-passage study of chapter 09 (rows with ``Row.study``): its models'
-    ``study_blocks``, and the share of each batch (``study_share``) made of a passage of
-    r characters repeated to the training length, r drawn from ``study_periods`` (lo, hi)
-    (:class:`~catlib.data.BatchSampler`). Names of their own, not TrainConfig's, so that a
-    notebook's parameters reach the study's rows only."""
+    ``study_blocks``, its CATs' depth solver ``study_solver`` (one step of it per block,
+    ``solver_steps`` of the experiment), and the share of each batch (``study_share``) made
+    of a passage of r characters repeated to the training length, r drawn from
+    ``study_periods`` (lo, hi) (:class:`~catlib.data.BatchSampler`). Names of their own,
+    not those of CATConfig or TrainConfig, so that a notebook's parameters reach the
+    study's rows only."""
 
     study_blocks: int = 2
-    study_share: float = 0.25
+    study_solver: str = "euler"
+    study_share: float = 0.5
     study_periods: tuple = (8, 112)
 
     def label(self) -> str:

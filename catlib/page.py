@@ -120,6 +120,7 @@ PARAMETERS: dict[str, Rule] = {
     "published_seeds": Rule("ints", 0, example=[0]),
     "fit_basis": Rule("str", choices=BASIS_NAMES, example="cosine"),
     "solver": Rule("str", choices=SOLVER_NAMES, example="rk4-classic"),
+    "study_solver": Rule("str", choices=SOLVER_NAMES, example="euler"),
     "published_protocol": Rule("bool", example=True),
     "dropout": Rule("float", 0, high=1, example=0.0),
     "coeff_scale": _positive(1.0),
