@@ -216,3 +216,27 @@ def test_query_scale_on_mps():
     g = kern.query_scale(40, device="mps", dtype=torch.float32)
     assert g.device.type == "mps"
     assert torch.equal(g.cpu(), kern.query_scale(40, dtype=torch.float32))
+
+
+def test_far_head_slope_changes_only_positions_beyond_the_training_length():
+    # Catches an evaluation of the factor's strength that changes the trained model
+    # (positions within T_train) or is not restored.
+    from catlib.nn.decay_prior import far_head_slope
+
+    torch.manual_seed(0)
+    cfg = CATConfig(variant="causal", kernel="alibi-prior", train_length=16, far_heads=2,
+                    d_model=32, n_heads=4, n_freq=8, blocks=2, solver="euler", solver_steps=1,
+                    dropout=0.0, attention_residual=True)
+    model = catlib.CAT(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    x = torch.randint(0, 65, (1, 60))
+    with torch.no_grad():
+        base = model(x)[0]
+        with far_head_slope(model, 3.0):
+            steep = model(x)[0]
+        again = model(x)[0]
+    assert torch.equal(base, again)                                     # restored
+    assert torch.equal(base[:, :16], steep[:, :16])                     # within T_train: the same
+    assert not torch.allclose(base[:, 20:], steep[:, 20:])              # beyond: changed

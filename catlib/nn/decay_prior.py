@@ -32,6 +32,7 @@ parameters): with the ALiBi prior, ALiBi inside the CAT block.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -77,6 +78,9 @@ class DecayPriorKernel(nn.Module):
             raise ValueError(f"far_heads must be an integer from 0 to n_heads = {n_heads}, "
                              f"got {far_heads!r}")
         self.n_heads, self.far_heads = n_heads, far_heads
+        # The factor's slope beyond T_train (1: as defined; see far_head_slope). Only
+        # evaluation changes it: within T_train, where training reads g, g = 1 at any slope.
+        self.far_slope = 1.0
         decaying = n_heads - far_heads   # the first heads, with the prior
         # ALiBi's slopes (a buffer: moves with the model, not trained); KERPLE's are learned.
         self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)[:decaying]),
@@ -117,6 +121,8 @@ class DecayPriorKernel(nn.Module):
         far = (torch.log1p(i) / math.log(self.train_length)).clamp(min=1.0)
         # 1 itself within the training length: log1p(T - 1) / log(T) may round to 1 + ulp.
         far = far.masked_fill(i < self.train_length, 1.0)
+        if self.far_slope != 1.0:          # an evaluation of the factor's strength
+            far = 1.0 + self.far_slope * (far - 1.0)
         g = torch.ones(self.n_heads, length, device=home, dtype=torch.float64)
         g[self.n_heads - self.far_heads:] = far
         return g.to(dtype).to(device)
@@ -178,3 +184,20 @@ class DecayPriorAttention(nn.Module):
         if plan is None:
             plan = self.plan(x.shape[1], x.device, x.dtype)
         return self.drop(self.qk(x, plan.causal, plan.query_scale))
+
+
+@contextlib.contextmanager
+def far_head_slope(model: nn.Module, slope: float):
+    """Evaluate ``model`` with its far heads' log-length factor scaled: g = 1 + slope *
+    (log(i + 1) / log(T_train) - 1) beyond the training length (1: as defined, 0: no
+    factor, 2: twice as steep); restored on exit. Within the training length g = 1 at
+    every slope, so the trained model is the same model."""
+    kernels = [m for m in model.modules() if isinstance(m, DecayPriorKernel)]
+    saved = [k.far_slope for k in kernels]
+    try:
+        for k in kernels:
+            k.far_slope = float(slope)
+        yield model
+    finally:
+        for k, v in zip(kernels, saved):
+            k.far_slope = v
