@@ -127,8 +127,12 @@ def test_the_book_commands_train_the_books_runs():
     from catlib.cli import build_parser, configs_from_args
     page = (PACKAGE.parent / "book" / "library.md").read_text()
     common = re.search(r'CPU="(.*?)"', page, re.S).group(1).replace("\\\n", " ")
+    far = ("--kernel alibi-prior --far_heads 2 --attention_residual --blocks 2 --solver euler "
+           "--repeat_share 0.5 --repeat_periods 8 112 --models cat")
+    assert far.replace(" --blocks", " \\\n     --blocks") in page
     for label, extra in (("KERPLE-prior CAT", "--kernel kerple-prior --models cat"),
-                         ("ALiBi baseline", "--baseline_positions alibi --models base")):
+                         ("ALiBi baseline", "--baseline_positions alibi --models base"),
+                         (ex.FAR_COPY, far)):
         args = build_parser().parse_args(["train", *shlex.split(common), *extra.split()])
         model, train, _ = configs_from_args(args)
         want_model, want_train = ex.row_configs(ex.ROWS[label], experiment("cpu"), 0)
