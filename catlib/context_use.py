@@ -30,15 +30,17 @@ def copy_gains(runs: dict, labels: Iterable[str], seeds_of: Callable[[str], list
 
 
 def context_use_table(gains: dict[str, np.ndarray], ce: dict[str, np.ndarray], distances,
-                      lengths, experiment: ExperimentConfig) -> dict[str, dict]:
+                      lengths: dict[str, list], experiment: ExperimentConfig) -> dict[str, dict]:
     """The artefact's rows: ``gains`` ``{label: [seeds, distances]}`` (:func:`copy_gains`),
-    ``ce`` ``{label: [seeds, lengths]}`` (plain-text CE, :func:`~catlib.experiment.table_scores`)."""
+    ``ce`` ``{label: [seeds, lengths]}`` (plain-text CE at ``lengths[label]``: the book's
+    rows at the chapters' lengths, :func:`~catlib.experiment.table_scores`; the study's at
+    their training length, :func:`~catlib.experiment.scores`)."""
     table = {}
     for label, g in gains.items():
         row = ex.ROWS[label]
         table[label] = {
             "copy_gain": {str(d): [float(x) for x in g[:, i]] for i, d in enumerate(sorted(distances))},
-            "ce": {str(L): float(np.mean(ce[label][:, i])) for i, L in enumerate(lengths)},
+            "ce": {str(L): float(np.mean(ce[label][:, i])) for i, L in enumerate(lengths[label])},
             "blocks": experiment.study.study_blocks if row.study else experiment.model.blocks,
             "train": experiment.study.label() if row.study else "plain"}
     return table

@@ -52,7 +52,7 @@ def test_chapter_09_covers_the_rows_of_06_and_08_with_their_seeds():
     assert ex.chapter_seeds("09_using_context", "published CAT", p) == [0]
     assert ex.chapter_seeds("09_using_context", "relative CAT", p) == [0]
     assert ex.chapter_seeds("09_using_context", ex.FAR_COPY, p) == [0, 1, 2]
-    assert ex.chapter_seeds("09_using_context", "far-head KERPLE CAT, repeat", p) == [0]
+    assert ex.chapter_seeds("09_using_context", ex.STUDY_DIAGNOSTIC[0], p) == [0]
 
 
 def test_pool_trains_the_study_and_stores_every_copy_test(tmp_path, tiny_path, monkeypatch):
@@ -88,7 +88,8 @@ def test_context_use_part_reaches_results(tmp_path):
     gains = {"ALiBi baseline": np.array([[0.01, -0.02], [0.0, 0.01]]),
              "ALiBi baseline, repeat": np.array([[0.8, 0.1], [0.6, 0.2]])}
     ce = {label: np.array([[1.9, 2.0], [1.8, 2.1]]) for label in gains}
-    table = cu.context_use_table(gains, ce, [100, 32], [16, 32], experiment)
+    table = cu.context_use_table(gains, ce, [100, 32], {label: [16, 32] for label in gains},
+                                 experiment)
     assert table["ALiBi baseline"]["train"] == "plain" and table["ALiBi baseline"]["blocks"] == 1
     study = table["ALiBi baseline, repeat"]
     assert study["train"].startswith("repeat p=0.5") and study["blocks"] == 2

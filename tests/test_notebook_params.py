@@ -46,6 +46,10 @@ VALID = {
                       brief_steps=3, dopri5_max_steps=10, dropout_repeats=1, split_d_model=12,
                       split_n_heads=3, split_steps=6, split_val_every=3)],
     "08_beyond": [dict(seeds=[5], train_steps=12, n_heads=4, lengths=[32, 40])],
+    "09_using_context": [dict(seeds=[5], published_seeds=[5], train_steps=12, n_heads=4,
+                              lengths=[32, 40], study_share=0.25, study_periods=[3, 10],
+                              study_solver="rk4-classic", copy_distances=[20, 5],
+                              copy_passages=1)],
 }
 
 # One invalid parameter per notebook, and a word its one-line error must contain.
@@ -58,6 +62,7 @@ INVALID = {
     "06_context_length": (dict(n_heads=3), "n_heads"),
     "07_audit": (dict(seq=2.5), "seq"),
     "08_beyond": (dict(solver="rk5"), "solver"),
+    "09_using_context": (dict(study_periods=[8, 400]), "study_periods"),
 }
 
 

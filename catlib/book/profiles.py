@@ -84,7 +84,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "09_using_context": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], published_seeds=[0],
                                  study_blocks=2, study_solver="euler", study_share=0.5,
                                  study_periods=[8, 112],
-                                 copy_distances=[32, 100, 400, 1000, 2000], copy_passages=8),
+                                 copy_distances=[32, 100, 400, 1000, 2000], copy_passages=4),
     },
     "paper": {
         "01_spectral_kernels": dict(n_freq=48, grid=256, n_heads=8),
