@@ -48,6 +48,7 @@ from catlib import CAT, Baseline, CATConfig  # noqa: E402
 from catlib.nn import config as cfg  # noqa: E402
 from catlib import experiment as ex  # noqa: E402
 from catlib.book import PROFILES, _descendants, _now, resolve_device  # noqa: E402
+from catlib.book.profiles import experiment  # noqa: E402
 from catlib.provenance import environment  # noqa: E402
 from catlib.provenance import code_fingerprint  # noqa: E402
 from catlib.train import SideBySide  # noqa: E402
@@ -164,10 +165,8 @@ def stage_a(rep, device, args):
 
 def time_row(label: str, profile: str, device: torch.device, repeats: int) -> dict:
     """Median seconds of a training step of ``label``'s model alone, at ``profile``'s sizes."""
-    row, p = ex.ROWS[label], PROFILES[profile]["06_context_length"]
-    sizes = {k: p[k] for k in ("d_model", "n_heads", "n_freq", "blocks", "solver", "dropout")}
-    model, tc = ex.configs(row, {**sizes, "solver_steps": p["solver_steps"]},
-                           {k: p[k] for k in ("train_steps", "lr", "batch", "seq")}, seed=0)
+    row = ex.ROWS[label]
+    model, tc = ex.row_configs(row, experiment(profile), seed=0)   # the study's rows: its settings
     tc = dataclasses.replace(tc, models=(row.model,))
     ids = torch.randint(0, model.vocab_size, (max(20_000, 4 * tc.batch * tc.seq),),
                         generator=torch.Generator().manual_seed(0))
@@ -191,17 +190,17 @@ def time_row(label: str, profile: str, device: torch.device, repeats: int) -> di
 
 def projected_training(profile: str, rows: list) -> float | None:
     """Seconds the training runs of ``profile``'s book would take at the measured step times:
-    per run (the rows of 05, 06 and 08 that share one), its steps x its rows' step times, for
-    each seed. Evaluation not included; None when a row was not measured."""
+    per run (the rows of 05, 06, 08 and 09 that share one), its steps x its rows' step times,
+    for each seed. Evaluation not included; None when a row was not measured."""
     times = {r["row"]: r["seconds_per_step"] for r in rows if r["profile"] == profile}
     runs = {}
     for chapter, labels in ex.CHAPTER_ROWS.items():
         p = PROFILES[profile][chapter]
         for label in labels:
             row = ex.ROWS[label]
-            seeds = [p.get("seed", 0)] if chapter == "05_training" else p.get(
-                "published_seeds" if row.variant == "published" else "seeds", p.get("seeds", [0]))
-            run = runs.setdefault((row.variant, row.split, row.options, row.trains), [set(), set()])
+            seeds = ex.chapter_seeds(chapter, label, {"seed": 0, **p})   # 05: its default seed
+            run = runs.setdefault((row.variant, row.split, row.options, row.trains, row.study),
+                                  [set(), set()])
             run[0].add(label)
             run[1].update(seeds)
     if any(label not in times for labels, _ in runs.values() for label in labels):

@@ -60,3 +60,63 @@ def kept_fraction(gains: np.ndarray, distances, near: int, far: int,
     if not g_near.mean() >= min_gain:
         return float("nan")
     return float(g_far.mean() / g_near.mean())
+
+
+def reference_distances(distances, train_length: int, multiples=(8, 16)) -> tuple[int, dict]:
+    """``(near, {m: far_m})``: the longest test distance within the training length (the
+    in-range reference; the shortest distance when none is), and for each multiple m the
+    test distance nearest to m times the training length."""
+    d = sorted(distances)
+    near = max([x for x in d if x < train_length] or d[:1])
+    return near, {m: min(d, key=lambda x: abs(x - m * train_length)) for m in multiples}
+
+
+def uses_context(gains: np.ndarray, distances, min_gain: float = MIN_GAIN) -> list[int]:
+    """The distances at which a row uses context, from ``gains [seeds, distances]``: its mean
+    gain is at least ``min_gain`` and every seed's gain is positive."""
+    return [d for d, g in zip(sorted(distances), gains.T) if g.mean() >= min_gain and (g > 0).all()]
+
+
+def reach(gains: np.ndarray, distances, near: int, min_gain: float = MIN_GAIN) -> int | None:
+    """The farthest distance from ``near`` on at which the mean gain is at least half the
+    mean gain at ``near``; None when that is below ``min_gain`` (no copying to keep)."""
+    d, g = sorted(distances), gains.mean(0)
+    g0 = g[d.index(near)]
+    if not g0 >= min_gain:
+        return None
+    return max(x for x, v in zip(d, g) if x >= near and v >= 0.5 * g0)
+
+
+def gains_by_slope(models: list, val, distances, passages: int, slopes,
+                   device=None) -> dict[float, np.ndarray]:
+    """``{slope: gains [models, distances]}``: the copy gains of far-head models evaluated
+    with their log-length factor at each slope (:func:`catlib.nn.decay_prior.far_head_slope`)."""
+    from .copying import copy_gain
+    from .nn.decay_prior import far_head_slope
+
+    out = {}
+    for k in slopes:
+        rows = []
+        for model in models:
+            with far_head_slope(model, k):
+                g = copy_gain(model, val, distances, passages, device)
+            rows.append([g[d] for d in sorted(distances)])
+        out[k] = np.array(rows)
+    return out
+
+
+def plot_copy_gains(ax, gains: dict[str, np.ndarray], labels, distances, train_length: int,
+                    title: str = "") -> None:
+    """Mean copy gain against distance for ``labels`` (CAT rows solid, baselines dashed),
+    a band from the lowest to the highest seed, the training length marked."""
+    d = sorted(distances)
+    for k, label in enumerate(labels):
+        g, colour = gains[label], f"C{k % 10}"
+        ax.plot(d, g.mean(0), "-" if ex.ROWS[label].is_cat else "--", marker="o", ms=4,
+                color=colour, label=label)
+        if len(g) > 1:
+            ax.fill_between(d, g.min(0), g.max(0), color=colour, alpha=0.15)
+    ax.axvline(train_length, color="k", ls=":", lw=1, label=f"training length ({train_length})")
+    ax.axhline(0, color="0.5", lw=0.8)
+    ax.set(xscale="log", xlabel="distance d (characters)", title=title)
+    ax.legend(fontsize=6.5)

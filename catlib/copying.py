@@ -39,21 +39,26 @@ def passages(val: torch.Tensor, distance: int, n: int = PASSAGES) -> torch.Tenso
     return torch.stack([val[s:s + distance] for s in starts])
 
 
+def copy_curve(model: torch.nn.Module, passage: torch.Tensor, device=None) -> np.ndarray:
+    """CE of every target of [x ; x], float64 ``[2d - 1]``, for one passage ``x [d]``: the
+    model reads [x ; x] without its last id, in eval mode and inference mode (its mode is
+    restored after). Entries 0..d-2 are the first copy's targets x[1:], entry d-1 the
+    junction (x[0] after the end of x), entries d..2d-2 the second copy's x[1:]."""
+    device = device or next(model.parameters()).device
+    s = torch.cat([passage, passage])[None]                                    # [1, 2d]
+    with evaluate._mode(model, False), torch.inference_mode():
+        logits = model(s[:, :-1].to(device))[0].cpu().double()                # [1, 2d-1, V]
+    return F.cross_entropy(logits[0], s[0, 1:], reduction="none").numpy()
+
+
 def copy_ce(model: torch.nn.Module, x: torch.Tensor, device=None) -> tuple[np.ndarray, np.ndarray]:
     """CE per passage on its first and second copy, float64 ``([n], [n])``, for passages
-    ``x [n, d]``: the model reads [x ; x] without its last id (``[n, 2d - 1]``), in eval
-    mode and inference mode, one passage per forward pass; its mode is restored after."""
-    device = device or next(model.parameters()).device
+    ``x [n, d]`` (:func:`copy_curve`, one passage per forward pass): the mean over the
+    targets x[1:] of each copy."""
     d = x.shape[1]
-    first, second = [], []
-    with evaluate._mode(model, False), torch.inference_mode():
-        for passage in x:
-            s = torch.cat([passage, passage])[None]                             # [1, 2d]
-            logits = model(s[:, :-1].to(device))[0].cpu().double()             # [1, 2d-1, V]
-            ce = F.cross_entropy(logits[0], s[0, 1:], reduction="none")         # [2d - 1]
-            first.append(ce[:d - 1].mean().item())                             # targets x[1:]
-            second.append(ce[d:].mean().item())                                # x[1:] again
-    return np.array(first), np.array(second)
+    curves = [copy_curve(model, passage, device) for passage in x]
+    return (np.array([c[:d - 1].mean() for c in curves]),
+            np.array([c[d:].mean() for c in curves]))
 
 
 def copy_gain(model: torch.nn.Module, val: torch.Tensor, distances=DISTANCES,

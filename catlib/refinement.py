@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from .evaluate import cross_entropy
@@ -98,3 +99,20 @@ def depth_table(results: dict) -> dict:
                     "ce_by_solver": {lab: [r["ce_by_solver"][lab] for r in per_seed] for lab in labels},
                     "drift": [r["drift"] for r in per_seed]}
     return out
+
+
+def depth_markdown(depth: dict, ode_rows=None) -> str:
+    """The refinement table of :func:`depth_table` as Markdown: per row the solver it was
+    trained with, the mean CE under each solver, the drift (mean ± sd over seeds) and, with
+    ``ode_rows`` (the rows that pass a chapter's rule), a column "ODE?"."""
+    from .page import pm_cells
+    from .report import fixed, md_table
+
+    solvers = list(dict.fromkeys(s for d in depth.values() for s in d["ce_by_solver"]))
+    body = [[label, d["trained_solver"],
+             *[fixed(np.mean(d["ce_by_solver"][s])) if s in d["ce_by_solver"] else "" for s in solvers],
+             pm_cells(np.array(d["drift"])[:, None], sign=True)[0],
+             *(["yes" if label in ode_rows else "no"] if ode_rows is not None else [])]
+            for label, d in depth.items()]
+    header = ["row", "trained with", *solvers, "drift", *(["ODE?"] if ode_rows is not None else [])]
+    return md_table(header, body, "ll" + "r" * (len(solvers) + 1) + ("l" if ode_rows is not None else ""))
