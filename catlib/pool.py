@@ -58,13 +58,20 @@ BASELINE_STEP_WEIGHT = 8
 DRAWN_STEPS_WEIGHT = 1.4
 
 
+# A CAT block solved with one Euler step evaluates its dynamics once, not four times.
+EULER_WEIGHT = 0.25
+
+
 def expected_cost(spec: dict) -> float:
-    """A job's relative cost (steps times the step weights), to start the costliest first."""
+    """A job's relative cost (steps times the step weights, per block), to start the
+    costliest first."""
     model, steps = spec["model"], spec["train"]["train_steps"]
-    cat = STEP_WEIGHT.get(model.get("kernel", "absolute"), UNKNOWN_KERNEL_WEIGHT) * (
-        DRAWN_STEPS_WEIGHT if model.get("train_solver_steps") else 1.0)
-    per_step = sum(cat if m == "cat" else BASELINE_STEP_WEIGHT * model.get("baseline_loops", 1)
-                   for m in spec["train"]["models"])
+    blocks = model.get("blocks", 1)
+    cat = STEP_WEIGHT.get(model.get("kernel", "absolute"), UNKNOWN_KERNEL_WEIGHT) * blocks * (
+        DRAWN_STEPS_WEIGHT if model.get("train_solver_steps") else 1.0) * (
+        EULER_WEIGHT if model.get("solver") == "euler" else 1.0)
+    base = BASELINE_STEP_WEIGHT * model.get("baseline_loops", 1) * blocks
+    per_step = sum(cat if m == "cat" else base for m in spec["train"]["models"])
     return steps * per_step * (2.0 if spec["dropout_on"] else 1.0)
 
 

@@ -247,6 +247,13 @@ def test_costliest_jobs_start_first():
              pool.expected_cost(spec("relative", ["cat"])),
              pool.expected_cost(spec("absolute", ["base"]))]
     assert costs == sorted(costs, reverse=True)
+    # Chapter 9's study: two blocks; its CATs take one Euler step per block.
+    two = lambda **model: pool.expected_cost(dict(                           # noqa: E731
+        model={"blocks": 2, **model}, train={"train_steps": 500, "models": ["cat"]}, dropout_on=[]))
+    assert two(kernel="alibi-prior", solver="euler") == pool.expected_cost(
+        spec("alibi-prior", ["cat"])) / 2
+    assert two(kernel="alibi-prior", solver="rk4-classic", train_solver_steps=[1, 2]) > two(
+        kernel="alibi-prior", solver="rk4-classic")
 
 
 def test_book_trains_the_chapters_runs_first(tmp_path, tiny_path, monkeypatch):
