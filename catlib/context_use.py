@@ -1,9 +1,14 @@
-"""Chapter 09's artefact: which rows use context, from their runs' copy tests.
+"""Chapter 09: which rows use context, read from their runs' copy tests
+(:mod:`catlib.copying`), and its artefact.
 
-``results/context_use_<profile>.json`` is ``{row: {"copy_gain": {"<distance>": [gain per
-seed]}, "ce": {"<length>": mean CE on plain text}, "blocks": n, "train": "plain" or
-"repeat p=..., r=lo-hi"}}``: every row of chapters 06 and 08 under its book label, and
-the repeated-passage study's rows (their labels end in ", repeat").
+The copy gains of rows and seeds (:func:`copy_gains`), what they say (:func:`uses_context`,
+:func:`reach`, :func:`kept_fraction` at the distances of :func:`reference_distances`), the
+far heads' log-length factor at other strengths (:func:`gains_by_slope`), the figure
+(:func:`plot_copy_gains`), and ``results/context_use_<profile>.json``
+(:func:`context_use_table`): ``{row: {"copy_gain": {"<distance>": [gain per seed]}, "ce":
+{"<length>": mean CE on plain text}, "blocks": n, "train": "plain" or "repeat p=...,
+r=lo-hi"}}``, every row of chapters 06 and 08 under its book label and the
+repeated-passage study's rows (their labels end in ", repeat").
 """
 from __future__ import annotations
 
@@ -13,6 +18,9 @@ import numpy as np
 
 from . import experiment as ex
 from .experiment_config import ExperimentConfig
+
+# A mean copy gain below this (nats per character) is no copying: nothing to keep.
+MIN_GAIN = 0.01
 
 
 def copy_gains(runs: dict, labels: Iterable[str], seeds_of: Callable[[str], list],
@@ -44,10 +52,6 @@ def context_use_table(gains: dict[str, np.ndarray], ce: dict[str, np.ndarray], d
             "blocks": experiment.study.study_blocks if row.study else experiment.model.blocks,
             "train": experiment.study.label() if row.study else "plain"}
     return table
-
-
-# A mean copy gain below this (nats per character) is no copying: nothing to keep.
-MIN_GAIN = 0.01
 
 
 def kept_fraction(gains: np.ndarray, distances, near: int, far: int,

@@ -339,7 +339,7 @@ def run_copy_gain(run: Run, model_key: str, corpus: Corpus, distances, passages:
     model = run.load_weights(device or "cpu")[0][model_key]
     if model is None:
         raise ValueError(f"{run.path.name} did not train {model_key!r}")
-    distances = [int(d) for d in distances]
+    distances = sorted(int(d) for d in distances)     # one identity for any order given
     ident = {"weights": weights_digest({model_key: model}),
              "code": code_fingerprint() + code_fingerprint(("copying",)),
              "distances": distances, "passages": passages}
