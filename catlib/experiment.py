@@ -421,6 +421,10 @@ def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
     return ce, leak, curves
 
 
+# The tables a notebook writes as JSON parts, merged into results/<kind>_<profile>.json.
+TABLE_PARTS = ("depth", "context_use")
+
+
 def write_part(folder: Path, name: str, rows: dict | None = None,
                curves: dict | None = None, depth: dict | None = None,
                context_use: dict | None = None) -> None:
@@ -440,7 +444,7 @@ def write_part(folder: Path, name: str, rows: dict | None = None,
         write_extrapolation_json(part / f"{name}.json", rows)
     if curves is not None:
         write_position_csv(part / f"{name}.csv", curves)
-    for kind, table in (("depth", depth), ("context_use", context_use)):
+    for kind, table in zip(TABLE_PARTS, (depth, context_use)):
         if table is not None:
             (Path(folder) / kind).mkdir(exist_ok=True)
             atomic_write_text(Path(folder) / kind / f"{name}.json",

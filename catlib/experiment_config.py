@@ -20,7 +20,6 @@ from .nn.config import CATConfig
 from .train import TrainConfig
 
 
-
 @dataclass(frozen=True)
 class StudyConfig:
     """The repeated-passage study of chapter 09 (rows with ``Row.study``): its models'
@@ -63,8 +62,8 @@ class ExperimentConfig:
     @classmethod
     def from_parameters(cls, params: dict) -> "ExperimentConfig":
         """The experiment of a notebook's (or profile's) parameters: each parameter that
-        names a field of CATConfig, TrainConfig, EvalConfig or StudyConfig goes to that part, ``seeds``
-        and ``published_seeds`` to the seeds (a single ``seed``: both); others are ignored
+        names a field of CATConfig, TrainConfig, EvalConfig or StudyConfig goes to that
+        part, ``seeds`` and ``published_seeds`` to the seeds (a single ``seed``: both); others are ignored
         (a notebook's own settings, e.g. ``check_windows``)."""
         parts = {}
         for name, config in PARTS.items():

@@ -198,14 +198,17 @@ def _check_device(name: str) -> None:
 
 
 def _check_periods(periods, seq) -> None:
-    """``study_periods`` is [lo, hi], lo <= hi <= seq: a passage's period within the
-    training length."""
-    lo_hi_fit = len(periods) == 2 and periods[0] <= periods[1] and (seq is None or periods[1] <= seq)
-    if not lo_hi_fit:
-        hi = seq or 112
+    """``study_periods`` is [lo, hi], lo <= hi <= seq: the sampler's rule for a passage's
+    period within the training length (:func:`catlib.data.check_repeats`), named as the
+    notebook parameter."""
+    from .data import check_repeats
+
+    try:
+        check_repeats(1.0, tuple(periods), seq if seq is not None else max(periods))
+    except ValueError:
         raise ParameterError(f"parameter study_periods = {periods!r} is invalid: it must be "
                              f"[lo, hi] with lo <= hi <= seq ({seq}); run with e.g. "
-                             f"-p study_periods '[8, {hi}]'")
+                             f"-p study_periods '[8, {seq or 112}]'") from None
 
 
 def check_parameters(values: dict, even_heads: bool = False) -> None:
@@ -216,7 +219,8 @@ def check_parameters(values: dict, even_heads: bool = False) -> None:
     Checks each name of :data:`PARAMETERS` present in ``values``: its type, its range or
     choices; that ``device`` names a device of this machine; that ``n_heads`` divides
     ``d_model`` (and ``split_n_heads`` ``split_d_model``); that ``split_val_every`` is at
-    most ``split_steps``; that ``study_periods`` is [lo, hi] within ``seq``; with ``even_heads`` (a page that trains the RoPE baseline) that
+    most ``split_steps``; that ``study_periods`` is [lo, hi] within ``seq``; with
+    ``even_heads`` (a page that trains the RoPE baseline) that
     ``d_model / n_heads`` is even.
     """
     for name, rule in PARAMETERS.items():

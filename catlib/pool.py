@@ -56,8 +56,6 @@ BASELINE_STEP_WEIGHT = 8
 # A CAT trained with drawn solver steps (train_solver_steps (1, 2)): a step costs about
 # 1.3-1.5 times the CAT's at one step.
 DRAWN_STEPS_WEIGHT = 1.4
-
-
 # A CAT block solved with one Euler step evaluates its dynamics once, not four times.
 EULER_WEIGHT = 0.25
 

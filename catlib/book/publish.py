@@ -57,6 +57,7 @@ def publish_extrapolation(root: Path, profile: str, label: dict) -> list[Path]:
     ``results/depth_<profile>.json`` and the copy tests of ``book/_generated/context_use/``
     ``results/context_use_<profile>.json``; ``results/provenance_<profile>.json`` labels them.
     """
+    from ..experiment import TABLE_PARTS
     from ..extrapolation import write_extrapolation_json, write_position_csv
 
     rows, curves = _read_parts(root / "book" / "_generated" / "extrapolation")
@@ -69,7 +70,7 @@ def publish_extrapolation(root: Path, profile: str, label: dict) -> list[Path]:
     if curves:
         written.append(results / f"position_ce_{profile}.csv")
         write_position_csv(written[-1], curves)
-    for kind in ("depth", "context_use"):
+    for kind in TABLE_PARTS:
         table = {}
         for part in sorted((root / "book" / "_generated" / kind).glob("*.json")):
             table.update(json.loads(part.read_text()))

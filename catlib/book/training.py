@@ -1,4 +1,5 @@
-"""The book's first stage: the training runs of the experiment chapters (05, 06, 08, 09), in one pool."""
+"""The book's first stage: the training runs of the experiment chapters (05, 06, 08, 09),
+in one pool."""
 from __future__ import annotations
 
 import dataclasses

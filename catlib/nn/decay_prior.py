@@ -27,8 +27,8 @@ as among the T_train keys it was trained on (scalable softmax's log-length facto
 arXiv 2501.19399, applied beyond the training length only).
 
 The bias is a function of distance alone and g of the query's position, so the logits of
-a prefix do not change when the sequence grows. ``kernel_residual=False`` keeps the prior only (no spectral
-parameters): with the ALiBi prior, ALiBi inside the CAT block.
+a prefix do not change when the sequence grows. ``kernel_residual=False`` keeps the prior
+only (no spectral parameters): with the ALiBi prior, ALiBi inside the CAT block.
 """
 from __future__ import annotations
 

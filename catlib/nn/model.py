@@ -151,8 +151,9 @@ class CAT(nn.Module):
 @contextlib.contextmanager
 def solved_with(model: CAT, solver: str | None = None, steps: int | None = None):
     """``model`` (a :class:`CAT`) integrating its depth ODE with another ``solver`` or step
-    count for the calls inside the block, and no drawn training step counts; the weights are untouched and the config is
-    restored on exit (``CAT.forward`` reads ``model.config`` on every call)."""
+    count for the calls inside the block, and no drawn training step counts; the weights
+    are untouched and the config is restored on exit (``CAT.forward`` reads ``model.config``
+    on every call)."""
     config = model.config
     change = {"train_solver_steps": None}
     if solver is not None:
