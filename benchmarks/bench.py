@@ -153,11 +153,11 @@ def case_eval(length: int, windows: int, batched: bool) -> dict:
 
     ``batched=False``: the published loop, the loop-by-loop reference model at batch 1 in
     training mode (dropout on) with autograd recording, kernels rebuilt at every
-    evaluation. ``batched=True``: ``catlib.evaluate.cross_entropy``: windows batched,
+    evaluation. ``batched=True``: ``catlib.measure.evaluate.cross_entropy``: windows batched,
     eval mode, inference mode, kernels computed once per solve.
     """
     import reference_published as ref
-    from catlib.evaluate import cross_entropy, windows as make_windows
+    from catlib.measure.evaluate import cross_entropy, windows as make_windows
 
     torch.manual_seed(0)
     sizes = {k: v for k, v in PUBLISHED_SIZE.items() if k != "quad_nodes"}

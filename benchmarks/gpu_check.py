@@ -5,8 +5,8 @@
 
 Four stages run in order, each in a time box cut from ``--budget``. The report,
 ``<out>/gpu_check_<device>.json`` and ``.md`` (device, torch, CUDA and cuDNN versions, the
-environment and commit of ``catlib.provenance.environment``, the code fingerprint of
-``catlib.provenance``), is rewritten after every item: a failure, time-out or kill keeps the rest.
+environment and commit of ``catlib.common.provenance.environment``, the code fingerprint of
+``catlib.common.provenance``), is rewritten after every item: a failure, time-out or kill keeps the rest.
 
 (a) correctness: the logits of every CAT kernel (``catlib.nn.config.KERNELS``) and every baseline
     (``BASELINE_POSITIONS``), in each variant that accepts it, the options read from the config
@@ -18,7 +18,7 @@ environment and commit of ``catlib.provenance.environment``, the code fingerprin
     the dtype change stands in for the device change: ``.double()`` (bit for bit a model never
     evaluated in float32), then ``.float()`` back.
 (b) throughput: a training step (forward, backward, AdamW update; one warm-up step first) of the
-    model of every row of ``catlib.experiment.ROWS``, at the sizes of the ``cpu`` and ``paper``
+    model of every row of ``catlib.experiment.grid.ROWS``, at the sizes of the ``cpu`` and ``paper``
     profiles (``smoke`` only at --smoke), on random tokens: tokens per second of the median step
     and peak memory (``torch.cuda.max_memory_allocated``; on the CPU n/a per row, the process's
     maximum RSS for the stage).
@@ -49,9 +49,9 @@ from catlib.nn import config as cfg  # noqa: E402
 from catlib import experiment as ex  # noqa: E402
 from catlib.book import PROFILES, _descendants, _now, resolve_device  # noqa: E402
 from catlib.book.profiles import experiment  # noqa: E402
-from catlib.provenance import environment  # noqa: E402
-from catlib.provenance import code_fingerprint  # noqa: E402
-from catlib.train import SideBySide  # noqa: E402
+from catlib.common.provenance import environment  # noqa: E402
+from catlib.common.provenance import code_fingerprint  # noqa: E402
+from catlib.training.loop import SideBySide  # noqa: E402
 
 EPS = torch.finfo(torch.float32).eps
 TOL_FACTOR = 128   # float32 on a CPU: about 2 eps * magnitude here (the report's error / (eps mag))

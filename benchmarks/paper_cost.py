@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 from catlib import experiment as ex  # noqa: E402
 from catlib.book import PROFILES, _now  # noqa: E402
 from catlib.data import load_corpus  # noqa: E402
-from catlib.provenance import git_state  # noqa: E402
-from catlib.train import SideBySide  # noqa: E402
+from catlib.common.provenance import git_state  # noqa: E402
+from catlib.training.loop import SideBySide  # noqa: E402
 
 
 def step_seconds(label: str, profile: dict, repeats: int) -> float:

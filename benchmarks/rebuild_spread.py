@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from catlib import experiment as ex
     from catlib.book import PROFILES, _now
-    from catlib.provenance import git_state, usable_cpus
+    from catlib.common.provenance import git_state, usable_cpus
 
     unknown = [r for r in args.rows if r not in ex.ROWS]
     if unknown:

@@ -1,4 +1,4 @@
-"""`python -m catlib`: see catlib.cli."""
-from .cli import main
+"""`python -m catlib`: see catlib.cli.main."""
+from .cli.main import main
 
 raise SystemExit(main())

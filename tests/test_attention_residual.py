@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from catlib.evaluate import leak_score
+from catlib.measure.evaluate import leak_score
 from catlib.nn.config import CATConfig
 from catlib.nn.model import CAT
 

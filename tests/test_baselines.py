@@ -356,8 +356,8 @@ def test_scaled_loop_config():
     with pytest.raises(ValueError, match="baseline_loop_scale must be True or False"):
         CATConfig(**SIZES, variant="causal", baseline_positions="alibi", baseline_loop_scale=1)
     assert CATConfig().baseline_loop_scale is False
-    from catlib.experiment import ROWS
-    from catlib.pool import BASELINE_STEP_WEIGHT as _BASELINE_STEP_WEIGHT, expected_cost as _expected_cost
+    from catlib.experiment.grid import ROWS
+    from catlib.experiment.pool import BASELINE_STEP_WEIGHT as _BASELINE_STEP_WEIGHT, expected_cost as _expected_cost
     row = ROWS["looped ALiBi baseline, scaled"]
     assert dict(row.options) == {"baseline_positions": "alibi", "baseline_loops": 4,
                                  "baseline_loop_scale": True}

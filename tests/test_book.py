@@ -76,8 +76,8 @@ def test_unknown_notebook_is_named():
 
 
 def test_unknown_or_absent_device():
-    # The book runner's device is resolved by catlib.devices, the one resolver.
-    from catlib.devices import DeviceError
+    # The book runner's device is resolved by catlib.common.devices, the one resolver.
+    from catlib.common.devices import DeviceError
     with pytest.raises(book.BookError, match="unknown device 'tpu'"):
         book.run("smoke", "tpu", root=book.find_root())
     with pytest.raises(DeviceError, match="unknown device 'tpu'"):

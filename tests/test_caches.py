@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import catlib
-from catlib.evaluate import cross_entropy
+from catlib.measure.evaluate import cross_entropy
 from catlib.nn.kernel import Kernel2D
 
 # A cached model and a fresh copy with the same weights run the very same kernels on the

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from catlib.cli import build_parser, main
+from catlib.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--d_model", "16", "--n_heads", "2", "--n_freq", "4", "--solver", "rk4-classic",
@@ -160,11 +160,11 @@ def test_generated_flags_have_the_config_defaults():
     import dataclasses
 
     from catlib import CATConfig
-    from catlib.cli import FLAG_OF, TRAIN_FLAGS, configs_from_args
-    from catlib.train import TrainConfig
+    from catlib.cli.main import FLAG_OF, TRAIN_FLAGS, configs_from_args
+    from catlib.training.loop import TrainConfig
     args = build_parser().parse_args(["train"])
-    from catlib.cli import LEFT_OUT
-    from catlib.eval_config import EvalConfig
+    from catlib.cli.main import LEFT_OUT
+    from catlib.measure.config import EvalConfig
     exposed = {f.field: f for f in TRAIN_FLAGS}
     assert {f.config for f in TRAIN_FLAGS} == {CATConfig, TrainConfig, EvalConfig}
     for cls in (CATConfig, TrainConfig, EvalConfig):
@@ -193,9 +193,9 @@ def test_every_field_has_a_flag_or_a_reason():
     import dataclasses
 
     from catlib import CATConfig
-    from catlib.cli import LEFT_OUT, TRAIN_FLAGS
-    from catlib.eval_config import EvalConfig
-    from catlib.train import TrainConfig
+    from catlib.cli.main import LEFT_OUT, TRAIN_FLAGS
+    from catlib.measure.config import EvalConfig
+    from catlib.training.loop import TrainConfig
     fields = {f.name for c in (CATConfig, TrainConfig, EvalConfig) for f in dataclasses.fields(c)}
     assert fields == {f.field for f in TRAIN_FLAGS} | set(LEFT_OUT)
     help_text = build_parser().format_help()
@@ -206,7 +206,7 @@ def test_every_field_has_a_flag_or_a_reason():
 
 
 def test_prior_kernel_train_length_follows_seq():
-    from catlib.cli import configs_from_args
+    from catlib.cli.main import configs_from_args
     args = build_parser().parse_args(["train", "--variant", "causal", "--kernel", "kerple-prior",
                                       "--seq", "48", "--models", "cat"])
     model, train, _ = configs_from_args(args)
@@ -232,7 +232,7 @@ def test_old_flag_spellings_are_aliases():
 
 
 def test_config_errors_name_the_flag():
-    from catlib.cli import _flagify
+    from catlib.cli.main import _flagify
     assert _flagify("val_every must be an integer >= 0, got -1") == \
         "--val_every must be an integer >= 0, got -1"
     assert _flagify("batch_tokens must be positive integers, got 0").startswith("--batch_tokens ")
@@ -261,3 +261,24 @@ def test_the_books_kernel_and_baseline_train_from_the_command_line(row, tiny_pat
         assert (run.model_config.kernel, run.model_config.train_length) == ("kerple-prior", 16)
     else:
         assert run.model_config.baseline_positions == "alibi"
+
+
+def test_every_train_flag_has_its_help_in_one_home():
+    """The help of every field of the three configs lives in catlib.cli.flags' tables,
+    once, and nowhere else (no field carries help metadata)."""
+    import dataclasses
+
+    from catlib.cli import flags
+    from catlib.measure.config import EvalConfig
+    from catlib.nn.config import CATConfig
+    from catlib.training.loop import TrainConfig
+
+    tables = (flags.PUBLISHED_FIELDS, flags.CATLIB_FIELDS)
+    assert not set(tables[0]) & set(tables[1])
+    for cls in (CATConfig, TrainConfig, EvalConfig):
+        for f in dataclasses.fields(cls):
+            assert "help" not in f.metadata, f"{cls.__name__}.{f.name} keeps help of its own"
+            if f.name not in flags.LEFT_OUT:
+                assert any(f.name in t for t in tables), f"{cls.__name__}.{f.name} has no help"
+    known = {f.name for cls in (CATConfig, TrainConfig, EvalConfig) for f in dataclasses.fields(cls)}
+    assert set(tables[0]) | set(tables[1]) <= known, "help for a field that does not exist"

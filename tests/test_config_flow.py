@@ -3,16 +3,22 @@ experiment is an ExperimentConfig read by field name, the optimiser has one home
 earlier names keep working."""
 import dataclasses
 import inspect
+import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import catlib
-from catlib import evaluate, experiment as ex, pool
-from catlib.eval_config import DEFAULTS, EvalConfig
-from catlib.experiment_config import ExperimentConfig
+from catlib.experiment import grid as ex
+from catlib.measure import evaluate
+from catlib.experiment import pool
+from catlib.measure.config import DEFAULTS, EvalConfig
+from catlib.experiment.config import ExperimentConfig
 from catlib.nn.config import CATConfig
-from catlib.train import TrainConfig
+from catlib.training.loop import TrainConfig
 
 PACKAGE = Path(catlib.__file__).parent
 
@@ -71,10 +77,46 @@ def test_the_book_pool_keeps_no_key_lists():
 
 def test_earlier_names_still_work():
     import catlib.book
-    from catlib.book import report, run_report
+    from catlib.book import run_report
     assert ex.train_rows is not ex.train_grid and callable(ex.train_rows)
     assert catlib.book.train_runs_first is catlib.book.train_book_pool
+    with pytest.warns(DeprecationWarning, match="catlib.book.run_report"):
+        from catlib.book import report
     assert report.Record is run_report.Record and report._update_report is run_report._update_report
+
+
+def test_the_previous_release_paths_import_with_a_warning():
+    """Each old path imports (in a fresh process, so that no earlier import hides a
+    warning) as a thin module holding the new one's names, and warns naming the new path."""
+    code = ("import importlib, warnings, catlib\n"
+            "for old, new in catlib.MOVED.items():\n"
+            "    with warnings.catch_warnings(record=True) as w:\n"
+            "        warnings.simplefilter('always')\n"
+            "        module = importlib.import_module(old)\n"
+            "    target = importlib.import_module(new)\n"
+            "    msgs = [str(x.message) for x in w if x.category is DeprecationWarning]\n"
+            "    assert any(new in m for m in msgs), (old, msgs)\n"
+            "    names = [k for k in vars(target) if not k.startswith('__')]\n"
+            "    assert names and all(getattr(module, k) is getattr(target, k) for k in names), old\n"
+            "print(len(catlib.MOVED))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == len(catlib.MOVED) >= 3
+
+
+def test_nothing_inside_uses_the_previous_release_paths():
+    root = Path(catlib.__file__).parent.parent
+    olds = sorted(catlib.MOVED, key=len, reverse=True)
+    pattern = re.compile(r"\b(" + "|".join(re.escape(o) for o in olds) + r")\b(?![\w.])")
+    used = []
+    for folder in ("catlib", "tests", "benchmarks", "notebooks"):
+        for path in (root / folder).rglob("*"):
+            if path.suffix not in (".py", ".ipynb") or "nbval" in path.parts \
+                    or path in (root / "catlib" / "__init__.py", Path(__file__)):
+                continue
+            for m in pattern.finditer(path.read_text()):
+                used.append(f"{path.relative_to(root)}: {m.group(1)}")
+    assert not used, used
 
 
 def test_job_weights_only_order_the_jobs():
@@ -85,7 +127,7 @@ def test_job_weights_only_order_the_jobs():
 
 
 def test_the_optimiser_is_the_published_adamw():
-    from catlib.optim import make_optimizer, param_groups
+    from catlib.training.optim import make_optimizer, param_groups
     torch.manual_seed(0)
     model = catlib.CAT(CATConfig(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic",
                                  solver_steps=1, dropout=0.0))
@@ -124,7 +166,7 @@ def test_the_book_commands_train_the_books_runs():
     import shlex
 
     from catlib.book.profiles import experiment
-    from catlib.cli import build_parser, configs_from_args
+    from catlib.cli.main import build_parser, configs_from_args
     page = (PACKAGE.parent / "book" / "library.md").read_text()
     common = re.search(r'CPU="(.*?)"', page, re.S).group(1).replace("\\\n", " ")
     far = ("--kernel alibi-prior --far_heads 2 --attention_residual --blocks 2 --solver euler "

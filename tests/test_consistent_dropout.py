@@ -1,4 +1,4 @@
-"""DDP's consistent dropout on the CPU (:func:`catlib.distributed.consistent_dropout`),
+"""DDP's consistent dropout on the CPU (:func:`catlib.training.distributed.consistent_dropout`),
 checked in one process with the ranks simulated: each rank's masks are its rows of the
 masks one process draws for the global batch, and nothing of torch is replaced."""
 import threading
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from catlib import distributed
+from catlib.training import distributed
 
 WORLD = 2
 

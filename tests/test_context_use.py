@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from catlib import book
-from catlib import context_use as cu
-from catlib import experiment as ex
-from catlib.experiment_config import ExperimentConfig, StudyConfig
+from catlib.book import context_use as cu
+from catlib.experiment import grid as ex
+from catlib.experiment.config import ExperimentConfig, StudyConfig
 
 SHARED = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1,
               dropout=0.0, train_steps=3, lr=4e-3, batch=4, seq=16, lengths=[16, 32],
@@ -73,8 +73,8 @@ def test_pool_trains_the_study_and_stores_every_copy_test(tmp_path, tiny_path, m
     runs = ex.train_grid(ex.CHAPTER_ROWS["09_using_context"], experiment, root=root,
                          device="cpu", echo=None)
     assert runs["far-head ALiBi CAT, repeat", 0].model_config.blocks == 2
-    import catlib.copying
-    monkeypatch.setattr(catlib.copying, "copy_gain", None)     # stored: never computed again
+    import catlib.measure.copying
+    monkeypatch.setattr(catlib.measure.copying, "copy_gain", None)     # stored: never computed again
     from catlib.data import load_corpus
     corpus = {"90/10": load_corpus(tiny_path, split="90/10")}
     gains = cu.copy_gains(runs, ex.CHAPTER_ROWS["09_using_context"], lambda label: [0], corpus,

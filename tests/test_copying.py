@@ -1,4 +1,4 @@
-"""The copy test (catlib.copying): passages, copy_ce, copy_gain.
+"""The copy test (catlib.measure.copying): passages, copy_ce, copy_gain.
 
 What each test catches:
 - first and second copies scored at the wrong positions (a model that copies exactly
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from catlib.copying import copy_ce, copy_gain, passages
+from catlib.measure.copying import copy_ce, copy_gain, passages
 
 V = 11
 EPS64 = torch.finfo(torch.float64).eps

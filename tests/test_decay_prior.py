@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import catlib
-from catlib.cost import forward_flops_per_token, parameter_count
+from catlib.measure.cost import forward_flops_per_token, parameter_count
 from catlib.nn.decay_prior import DecayPriorKernel
 from catlib.nn.qk_attention import alibi_bias
 

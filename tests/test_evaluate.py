@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from catlib.nn.baselines import Baseline
 from catlib.nn.config import CATConfig
-from catlib.evaluate import (TABLE_HEADER, bigram_ce, context_table, cross_entropy,
+from catlib.measure.evaluate import (TABLE_HEADER, bigram_ce, context_table, cross_entropy,
                              format_table, leak_score, n_windows, windows)
 from catlib.nn.model import CAT
 
@@ -234,7 +234,7 @@ def test_mps_logits_are_never_made_float64_on_the_device():
 def test_settings_checked_before_evaluation():
     """Would catch a published run evaluated at T = 1 (undefined operator) found only after
     training."""
-    from catlib.evaluate import check_settings
+    from catlib.measure.evaluate import check_settings
     check_settings((1, 16), causal=True)
     for bad, message in ((dict(lengths=(1, 16), causal=False), "lengths must be >= 2"),
                          (dict(lengths=()), "at least one"), (dict(lengths=(0,)), "lengths must be"),

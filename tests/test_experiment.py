@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from catlib import book
-from catlib import experiment as ex, pool
+from catlib.experiment import grid as ex
+from catlib.experiment import pool
 from catlib.data import load_corpus
-from catlib.evaluate import context_table, cross_entropy
-from catlib.extrapolation import read_extrapolation_json, read_position_csv
+from catlib.measure.evaluate import context_table, cross_entropy
+from catlib.experiment.artefacts import read_extrapolation_json, read_position_csv
 
 SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1, dropout=0.0)
 TRAIN = dict(train_steps=3, lr=4e-3, batch=2, seq=16)
@@ -18,7 +19,7 @@ TRAIN = dict(train_steps=3, lr=4e-3, batch=2, seq=16)
 
 @contextlib.contextmanager
 def _one_thread():
-    """As the book's jobs compute (catlib.experiment._train_job)."""
+    """As the book's jobs compute (catlib.experiment.grid._train_job)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

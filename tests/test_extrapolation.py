@@ -10,11 +10,11 @@ import torch.nn as nn
 
 import catlib
 from catlib.nn.config import CATConfig
-from catlib.evaluate import cross_entropy
-from catlib.extrapolation import (attention_input_dependence, log_bins, mixing_weights,
-                                  parameter_count, plot_position_curves, position_ce,
-                                  read_extrapolation_json, read_position_csv,
-                                  write_extrapolation_json, write_position_csv)
+from catlib.measure.evaluate import cross_entropy
+from catlib.experiment.artefacts import (read_extrapolation_json, read_position_csv,
+                                         write_extrapolation_json, write_position_csv)
+from catlib.measure.extrapolation import (attention_input_dependence, log_bins, mixing_weights,
+                                          parameter_count, plot_position_curves, position_ce)
 from catlib.nn.qk_attention import alibi_bias
 
 V = 65
@@ -65,7 +65,7 @@ def test_bigram_stub_known_value_and_mode_restored():
     model.train()
     ce = position_ce(model, val, length=L, n_windows=n, batch=3)
     logp = table.double().log_softmax(-1)
-    # Independent of catlib.evaluate.windows: window k reads val[kL + p], predicts val[kL + p + 1].
+    # Independent of catlib.measure.evaluate.windows: window k reads val[kL + p], predicts val[kL + p + 1].
     want = torch.tensor([-sum(logp[val[k * L + p], val[k * L + p + 1]].item() for k in range(n)) / n
                          for p in range(L)], dtype=torch.float64)
     assert torch.allclose(ce, want, atol=1e-12)

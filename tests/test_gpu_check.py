@@ -12,7 +12,7 @@ import torch
 
 from catlib.nn import config
 from catlib.book import PROFILES
-from catlib.experiment import ROWS
+from catlib.experiment.grid import ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ Each notebook is executed (papermill, as the book's runner does: :func:`catlib.b
 with parameter sets that no profile uses (small, large-ish, odd), starting from the smoke
 profile so that each run stays at smoke cost, and must run to its end: a finding that
 depends on the parameters is stated in glued words, never asserted. One invalid parameter
-per notebook must stop it in :func:`catlib.page.check_parameters` with one line naming the
+per notebook must stop it in :func:`catlib.book.page.check_parameters` with one line naming the
 parameter and the fix. What the book's own profiles must show (what the notebooks' asserts
 used to guard) is read from the smoke profile's executed references in ``tests/nbval``.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from catlib import page
+from catlib.book import page
 from catlib.book.parameters import notebook_parameters
 from catlib.book.profiles import PROFILES
 
@@ -88,7 +88,7 @@ def _execute(name: str, changes: dict, root: Path) -> None:
 def test_every_parameter_of_every_notebook_has_a_rule():
     for path in NOTEBOOKS:
         missing = sorted(set(notebook_parameters(path)) - set(page.PARAMETERS))
-        assert not missing, f"{path.name}: no rule in catlib.page.PARAMETERS for {missing}"
+        assert not missing, f"{path.name}: no rule in catlib.book.page.PARAMETERS for {missing}"
 
 
 def test_every_profile_passes_the_check():

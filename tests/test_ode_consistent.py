@@ -6,11 +6,13 @@ import json
 import pytest
 import torch
 
-from catlib import experiment as ex, pool
-from catlib.evaluate import cross_entropy
+from catlib.experiment import grid as ex
+
+from catlib.experiment import pool
+from catlib.measure.evaluate import cross_entropy
 from catlib.nn.config import CATConfig
 from catlib.nn.model import solved_with
-from catlib.train import SideBySide, TrainConfig, drawn_solver_steps, train_loop
+from catlib.training.loop import SideBySide, TrainConfig, drawn_solver_steps, train_loop
 
 TINY = dict(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", solver_steps=2)
 DRAWN = dict(TINY, train_solver_steps=(1, 2))

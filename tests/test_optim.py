@@ -4,8 +4,8 @@ import torch
 
 import catlib
 from catlib.nn.config import CATConfig
-from catlib.optim import WEIGHT_DECAY, make_optimizer, param_groups
-from catlib.train import TrainConfig
+from catlib.training.optim import WEIGHT_DECAY, make_optimizer, param_groups
+from catlib.training.loop import TrainConfig
 
 TINY = dict(d_model=16, n_heads=2, n_freq=4, blocks=1, solver="rk4-classic", solver_steps=1,
             dropout=0.0)
@@ -110,7 +110,7 @@ def test_the_field_its_identity_and_its_errors():
 
 
 def test_training_uses_the_field():
-    from catlib.train import SideBySide
+    from catlib.training.loop import SideBySide
     ids = torch.randint(0, 65, (400,))
     model = CATConfig(**TINY, variant="causal", baseline_positions="alibi")
     for decay_on, n_groups in ((None, 2), ("all", 1), ("matrices", 2)):

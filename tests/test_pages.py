@@ -1,7 +1,7 @@
 """The book's pages as text: prose at least equal to code, one-line set-up, glue keys that resolve.
 
 These tests read the notebook sources (``notebooks/*.ipynb``) as JSON; they execute nothing
-except :func:`catlib.page.setup`.
+except :func:`catlib.book.page.setup`.
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_every_notebook_is_found():
 def test_prose_at_least_code(path):
     prose, code = word_counts(path)
     assert prose >= code, (f"{path.name}: {prose} words of prose against {code} of code; "
-                           "explain the cells or move page plumbing into catlib.page")
+                           "explain the cells or move page plumbing into catlib.book.page")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -162,7 +162,7 @@ def test_cross_page_glue_keys_resolve():
 def test_style_file_is_package_data():
     from importlib.resources import files
 
-    from catlib import page
+    from catlib.book import page
     assert (files("catlib") / page.STYLE).is_file()
     assert page.STYLE in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
 
@@ -172,7 +172,7 @@ def test_setup_finds_the_root_resolves_the_device_and_applies_the_style(monkeypa
     import matplotlib.pyplot as plt
     import torch
 
-    from catlib import page
+    from catlib.book import page
     monkeypatch.chdir(ROOT / "notebooks")          # nbval and jupyter-cache run there
     with matplotlib.rc_context():
         plt.rcParams["axes.grid"] = False
@@ -189,7 +189,7 @@ def test_page_helpers():
     import numpy as np
     import torch
 
-    from catlib import page
+    from catlib.book import page
     np.testing.assert_allclose(page.smooth([1, 2, 3, 4], 2), [1, 1.5, 2.5, 3.5])
     assert page.pm_cells([[1.0, 2.0]]) == ["1.000", "2.000"]
     assert page.pm_cells([[1.0], [3.0]])[0].startswith("2.000")

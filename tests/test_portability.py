@@ -196,9 +196,9 @@ def test_default_jobs_reads_the_cpus_this_process_may_use():
     job, whatever os.cpu_count() says; the report's CPU count is the same number."""
     script = ("import os\n"
               "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
-              "from catlib.experiment import default_jobs\n"
+              "from catlib.experiment.grid import default_jobs\n"
               "from catlib.book import BOOK_PACKAGES\n"
-              "from catlib.provenance import environment\n"
+              "from catlib.common.provenance import environment\n"
               "print(default_jobs('cpu'), environment(BOOK_PACKAGES)['cpus'])\n")
     env = {k: v for k, v in os.environ.items() if k != "CATLIB_JOBS"}
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
@@ -208,7 +208,7 @@ def test_default_jobs_reads_the_cpus_this_process_may_use():
 
 
 def test_usable_cpus_without_an_affinity_call(monkeypatch):
-    from catlib.provenance import usable_cpus
+    from catlib.common.provenance import usable_cpus
     if hasattr(os, "sched_getaffinity"):
         assert usable_cpus() == len(os.sched_getaffinity(0))
         monkeypatch.delattr(os, "sched_getaffinity")            # as on macOS
@@ -219,7 +219,7 @@ def test_checkpoint_carries_and_restores_the_mps_generator(corpus, monkeypatch):
     """A resumed MPS run continues its MPS random stream: mocked where there is no MPS."""
     import torch
 
-    from catlib import train
+    from catlib.training import loop as train
     from catlib.nn.config import CATConfig
 
     mps_state = {"now": torch.tensor([1, 2, 3], dtype=torch.uint8)}

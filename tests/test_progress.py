@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from catlib import experiment as ex
-from catlib.progress import PoolProgress, reporter
+from catlib.experiment import grid as ex
+from catlib.experiment.progress import PoolProgress, reporter
 
 SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1,
              dropout=0.0)

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from catlib import CAT, CATConfig
-from catlib.refinement import depth_table, refinement, solved_with, solver_label
+from catlib.book.depth import depth_table
+from catlib.measure.refinement import refinement, solved_with, solver_label
 
 
 def _cat(scale: float, solver: str = "rk4-classic", steps: int = 1) -> CAT:
@@ -80,7 +81,7 @@ def test_a_model_trained_with_one_step_reports_a_drift(corpus):
     # Catches a refinement test that cannot see a trained discretisation: a CAT trained
     # with one Euler step drifts when the same weights are solved finely, and the ODE row
     # it is compared with (trained with the step drawn from {1, 2}) has its own labels.
-    from catlib.train import SideBySide, TrainConfig, train_loop
+    from catlib.training.loop import SideBySide, TrainConfig, train_loop
 
     cfg = CATConfig(variant="causal", d_model=16, n_heads=2, n_freq=4, quad_nodes=16, dropout=0.0,
                     solver="euler", solver_steps=1)

@@ -16,7 +16,7 @@ import torch
 
 from catlib.data import BatchSampler, check_repeats
 from catlib.nn.config import CATConfig
-from catlib.train import SideBySide, TrainConfig
+from catlib.training.loop import SideBySide, TrainConfig
 
 # Distinct ids: a window is periodic only where the sampler repeated a passage, and the
 # smallest period of a repeated window is the period drawn.

@@ -1,11 +1,11 @@
-"""Number formatting and Markdown tables of the book (catlib.report)."""
+"""Number formatting and Markdown tables of the book (catlib.common.formatting)."""
 import math
 
 import numpy as np
 import pytest
 
-from catlib import report
-from catlib.report import NBSP, fixed, md_table, mean_std, number, pm, pm_over, signed
+from catlib.common import formatting as report
+from catlib.common.formatting import NBSP, fixed, md_table, mean_std, number, pm, pm_over, signed
 
 
 def test_mean_std_over_seeds():

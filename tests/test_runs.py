@@ -9,7 +9,7 @@ from catlib import runs
 from catlib.nn.config import CATConfig
 from catlib.runs import (RunError, RunInterrupted, TrainingFailed, atomic_save, config_hash,
                          load_checkpoint, open_run, train_run)
-from catlib.train import TrainConfig
+from catlib.training.loop import TrainConfig
 
 TINY = CATConfig(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", solver_steps=1)
 EVAL = dict(lengths=(16,), eval_windows=2, progress=False, echo=None, device="cpu")
@@ -183,7 +183,7 @@ def test_code_change_gives_a_new_run(data, tmp_path, monkeypatch):
     """The code fingerprint is part of the run's identity: after a code change an identical
     call trains a new run; a run of other code is refused by eval and by --name reuse unless
     asked for. Would catch a run hash without the code (the book reusing stale runs)."""
-    from catlib import provenance
+    from catlib.common import provenance
     old = train_run(TINY, _tc(2), root=tmp_path, **EVAL)
     assert old.config["code"]["fingerprint"] == provenance.code_fingerprint()
     for module in (runs.identity, runs.training, runs.evaluation):  # where it is looked up
@@ -211,7 +211,7 @@ def test_code_fingerprint_covers_every_model_module(tmp_path, monkeypatch):
     import pkgutil
 
     import catlib
-    from catlib import provenance
+    from catlib.common import provenance
     for info in pkgutil.walk_packages(catlib.__path__, "catlib."):
         if info.name.endswith(".__main__") or info.name == "catlib.book":  # __main__ runs a command
             continue
@@ -225,7 +225,7 @@ def test_code_fingerprint_covers_every_model_module(tmp_path, monkeypatch):
     files = provenance.fingerprint_files()
     nn_files = sorted(p.relative_to(provenance.PACKAGE_DIR).as_posix()
                       for p in (provenance.PACKAGE_DIR / "nn").glob("*.py"))
-    assert set(nn_files) <= set(files) and "nn/model.py" in files and "train.py" in files
+    assert set(nn_files) <= set(files) and "nn/model.py" in files and "training/loop.py" in files
     for name in files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(provenance.PACKAGE_DIR / name, tmp_path / name)
@@ -356,7 +356,7 @@ def test_split_and_models(data, tmp_path):
     """split and models are part of the run's identity; a baseline-only run trains and
     evaluates the baseline alone (CAT's columns None), and is resumable and reusable.
     Would catch a split not passed to load_corpus or a run that needs both models."""
-    from catlib.evaluate import format_table
+    from catlib.measure.evaluate import format_table
     both = train_run(TINY, _tc(2), root=tmp_path, **EVAL)
     split = train_run(TINY, _tc(2, split="90/10"), root=tmp_path, **EVAL)
     assert split.hash != both.hash and split.train_config.split == "90/10"

@@ -1,12 +1,12 @@
-"""Text samples of a run's models (catlib.sample, `python -m catlib sample`)."""
+"""Text samples of a run's models (catlib.cli.sample, `python -m catlib sample`)."""
 import pytest
 import torch
 
-from catlib.cli import main
+from catlib.cli.main import main
 from catlib.nn.config import CATConfig
 from catlib.runs import RunError, train_run
-from catlib.sample import generate, sample_run
-from catlib.train import TrainConfig
+from catlib.cli.sample import generate, sample_run
+from catlib.training.loop import TrainConfig
 
 TINY = CATConfig(variant="causal", d_model=16, n_heads=2, n_freq=4, solver="rk4-classic",
                  solver_steps=1, dropout=0.1)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from catlib.nn.config import CATConfig
-from catlib.train import SideBySide, TrainConfig
+from catlib.training.loop import SideBySide, TrainConfig
 
 TINY = dict(d_model=16, n_heads=2, n_freq=4, solver="rk4-classic", solver_steps=2)
 READS = ("item", "tolist", "__bool__", "__float__", "__int__")

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from catlib import train
+from catlib.training import loop as train
 from catlib.nn.config import CATConfig
-from catlib.train import NonFiniteLoss, SideBySide, TrainConfig, penalty_weight, train_loop
+from catlib.training.loop import NonFiniteLoss, SideBySide, TrainConfig, penalty_weight, train_loop
 
 # published: dropout inside the dynamics draws random numbers at every evaluation, a hard
 # case for resume (dopri5 is avoided here: with that dropout its step count explodes, defect 6)
@@ -211,7 +211,7 @@ def test_train_config_validation():
 
 def test_deterministic_gives_the_same_numbers_on_the_cpu(corpus, monkeypatch):
     """On the CPU every kernel used is deterministic already: the option changes no bit."""
-    from catlib.provenance import determinism
+    from catlib.common.provenance import determinism
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     _, plain = _run(corpus, steps=2)

@@ -8,7 +8,7 @@ import dataclasses
 
 import torch
 
-from ..evaluate import seeded
+from ..measure.evaluate import seeded
 from ..nn.baselines import Baseline
 from ..nn.config import CORRECTIONS, CATConfig
 from ..nn.model import CAT

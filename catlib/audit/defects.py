@@ -17,13 +17,13 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..evaluate import leak_score, seeded
+from ..measure.evaluate import leak_score, seeded
 from ..nn.baselines import Baseline
 from ..nn.bases import basis
 from ..nn.kernel import kernel_logits, sobolev_penalty
 from ..nn.model import CAT
 from ..nn.quadrature import neighbours
-from ..train import penalty_weight
+from ..training.loop import penalty_weight
 from .findings import DEFECTS, LONG_LENGTH, SOLVE, AuditError, Finding
 
 
@@ -66,7 +66,7 @@ def _attentions(model: CAT):
 # ------------------------------------------------------------------ the ten defects
 
 def causality(model: CAT, length: int = 64, seed: int = 0, baseline=None, tol: float = 1e-6) -> Finding:
-    """Defect 1: the leak score (:func:`catlib.evaluate.leak_score`) of the CAT, eval mode.
+    """Defect 1: the leak score (:func:`catlib.measure.evaluate.leak_score`) of the CAT, eval mode.
 
     About 0 for a model that reads only the past; the baseline's score is in ``data``
     when a baseline is given.

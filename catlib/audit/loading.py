@@ -16,7 +16,7 @@ import torch
 from ..nn.baselines import Baseline
 from ..nn.config import BASES
 from ..nn.model import CAT
-from ..tensorfile import TensorFileError, load_tensors
+from ..common.tensorfile import TensorFileError, load_tensors
 from .findings import AuditError
 
 

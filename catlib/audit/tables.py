@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..report import md_table, number
+from ..common.formatting import md_table, number
 from .findings import DEFECTS, Finding
 
 

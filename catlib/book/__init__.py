@@ -19,7 +19,7 @@ Every name below is importable from ``catlib.book`` as before the split. A test 
 replaces one (``monkeypatch``) patches the module that looks it up: the profile table is
 read as ``catlib.book.profiles.PROFILES`` everywhere.
 """
-from ..devices import DEVICES, DeviceError, resolve_device
+from ..common.devices import DEVICES, DeviceError, resolve_device
 from .builder import build, first_page
 from .cli import main
 from .errors import BookError, NotebookFailed

@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from ..devices import DEVICES, DeviceError
+from ..common.devices import DEVICES, DeviceError
 from . import profiles as _profiles
 from .builder import build
 from .errors import BookError

@@ -114,9 +114,9 @@ PROFILES: dict[str, dict[str, dict]] = {
 
 
 def experiment(profile: str):
-    """The experiment of ``profile`` as an :class:`~catlib.experiment_config.ExperimentConfig`
+    """The experiment of ``profile`` as an :class:`~catlib.experiment.config.ExperimentConfig`
     (sizes, training, evaluation, the seeds of chapter 06 and the study of chapter 09,
     whose parameters hold them all)."""
-    from ..experiment_config import ExperimentConfig
+    from ..experiment.config import ExperimentConfig
 
     return ExperimentConfig.from_parameters(PROFILES[profile]["09_using_context"])

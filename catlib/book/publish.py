@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .report import Record, _now
+from .run_report import Record, _now
 
 README_MARKERS = ("<!-- headline:start -->", "<!-- headline:end -->")
 
@@ -19,7 +19,7 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
     table = root / "book" / "_generated" / "headline_table.md"
     if not table.exists():
         return None
-    from ..provenance import git_state
+    from ..common.provenance import git_state
 
     git = git_state(root, ignore=("README.md", "results"))   # our own outputs do not count
     commit = (git["commit"] or "unknown")[:12] + (" (uncommitted changes)" if git["dirty"] else "")
@@ -51,14 +51,14 @@ def publish_extrapolation(root: Path, profile: str, label: dict) -> list[Path]:
     """Merge the notebooks' shares of the extrapolation artefacts into ``results/``.
 
     ``book/_generated/extrapolation/<notebook>.json`` and ``.csv`` (written by
-    :func:`catlib.experiment.write_part`) become ``results/extrapolation_<profile>.json``
+    :func:`catlib.experiment.grid.write_part`) become ``results/extrapolation_<profile>.json``
     (``{model: {"train_length", "leak", "ce"}}``) and ``results/position_ce_<profile>.csv``
     (``model,position,ce``), the refinement tables of ``book/_generated/depth/`` become
     ``results/depth_<profile>.json`` and the copy tests of ``book/_generated/context_use/``
     ``results/context_use_<profile>.json``; ``results/provenance_<profile>.json`` labels them.
     """
-    from ..experiment import TABLE_PARTS
-    from ..extrapolation import write_extrapolation_json, write_position_csv
+    from ..experiment.grid import TABLE_PARTS
+    from ..experiment.artefacts import write_extrapolation_json, write_position_csv
 
     rows, curves = _read_parts(root / "book" / "_generated" / "extrapolation")
     results = root / "results"
@@ -87,7 +87,7 @@ def publish_extrapolation(root: Path, profile: str, label: dict) -> list[Path]:
 
 def _read_parts(parts: Path) -> tuple[dict, dict]:
     """The rows (``*.json``) and per-position curves (``*.csv``) of every notebook's share."""
-    from ..extrapolation import read_extrapolation_json, read_position_csv
+    from ..experiment.artefacts import read_extrapolation_json, read_position_csv
 
     rows, curves = {}, {}
     for part in sorted(parts.glob("*.json")) if parts.is_dir() else []:

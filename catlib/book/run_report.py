@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..provenance import environment
+from ..common.provenance import environment
 from . import profiles as _profiles
 from .errors import BookError
 from .parameters import check_profiles

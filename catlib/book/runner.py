@@ -2,7 +2,7 @@
 order, executed with papermill into ``book/notebooks/``, after the training stage.
 
 It records run times, environment and git commit for the reproducibility page
-(:mod:`catlib.book.report`) after every notebook. ``--refs`` runs it into
+(:mod:`catlib.book.run_report`) after every notebook. ``--refs`` runs it into
 ``tests/nbval/`` instead (the nbval references: no figures, no report).
 """
 from __future__ import annotations
@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from ..devices import DEVICES, resolve_device
+from ..common.devices import DEVICES, resolve_device
 from . import profiles as _profiles
 from .errors import BookError, NotebookFailed
 from .execution import execute
 from .locate import FIGURE_DIR, find_root
 from .parameters import check_profiles, notebook_parameters
-from .report import Record, _now, _update_report
+from .run_report import Record, _now, _update_report
 from .training import TRAINING_STAGE, train_runs_first
 
 

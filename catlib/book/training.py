@@ -18,13 +18,13 @@ def train_book_pool(params: dict[str, dict], root: Path, device: str,
     One pool for all of them keeps every core busy to the end, where a pool per chapter
     ends with one worker idle behind its longest run. Only time depends on this: a chapter
     trains whatever it misses itself. ``params``: each selected notebook's parameters,
-    read as an :class:`~catlib.experiment_config.ExperimentConfig` each.
+    read as an :class:`~catlib.experiment.config.ExperimentConfig` each.
     Returns ``{"trained": n, "reused": m}`` (runs), or None (nothing done) when no such
     chapter is selected, or when their shared sizes and settings differ (then each chapter
     trains its own).
     """
-    from .. import experiment as ex
-    from ..experiment_config import ExperimentConfig
+    from ..experiment import grid as ex
+    from ..experiment.config import ExperimentConfig
 
     chosen = {n: p for n, p in params.items() if n in ex.CHAPTER_ROWS}
     if not chosen:
@@ -60,7 +60,7 @@ train_runs_first = train_book_pool   # its name in earlier versions
 
 def _row_seeds(chosen: dict[str, dict]) -> dict[str, set]:
     """Row label -> every seed any of the ``chosen`` chapters asks of that row."""
-    from .. import experiment as ex
+    from ..experiment import grid as ex
 
     seeds: dict[str, set] = {}
     for name, p in chosen.items():

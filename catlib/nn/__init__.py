@@ -18,6 +18,6 @@ One concept per module:
   baselines), ``model`` (CAT and its attention factory), ``solvers`` (the depth solvers),
   ``config`` (the model configuration), ``compat`` (the loader of published checkpoints).
 
-This folder is what the code fingerprint reads (:func:`catlib.provenance.code_fingerprint`):
+This folder is what the code fingerprint reads (:func:`catlib.common.provenance.code_fingerprint`):
 a module added here is covered by it.
 """

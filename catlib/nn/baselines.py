@@ -180,5 +180,5 @@ def explicit_encoder():
         _EXPLICIT.reset(token)
 
 
-# Its old name (catlib.cost imports it).
+# Its old name (catlib.measure.cost imports it).
 _without_mha_fastpath = explicit_encoder

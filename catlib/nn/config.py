@@ -57,7 +57,7 @@ class CATConfig:
     blocks. ``solver`` picks the depth integrator from :data:`catlib.nn.solvers.SOLVERS`;
     ``solver_steps`` is the step count of the fixed-step solvers, ``max_steps`` caps dopri5.
     ``train_solver_steps`` (fixed-step solvers only; None: train with ``solver_steps``): the
-    step counts a training step of CAT draws its own from (:func:`catlib.train.drawn_solver_steps`),
+    step counts a training step of CAT draws its own from (:func:`catlib.training.loop.drawn_solver_steps`),
     so that the weights learn an ODE rather than one discretisation; its largest count is
     ``solver_steps``, with which the model is validated and evaluated.
     """

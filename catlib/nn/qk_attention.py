@@ -66,7 +66,7 @@ class QKAttention(nn.Module):
         train mode (as ``nn.MultiheadAttention``); rotary: apply RoPE to q and k.
     Parameters: ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``, each Linear(D, D) with
     bias: 4 D^2 + 4 D, as many as ``nn.MultiheadAttention(D, h)``. Separate value and
-    output projections let :mod:`catlib.extrapolation` probe the mixing weights.
+    output projections let :mod:`catlib.measure.extrapolation` probe the mixing weights.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, rotary: bool = False):

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from ..data import Corpus, load_corpus
-from ..eval_config import DEFAULTS
-from ..evaluate import check_settings, context_table, leak_score
-from ..provenance import code_fingerprint
+from ..measure.config import DEFAULTS
+from ..measure.evaluate import check_settings, context_table, leak_score
+from ..common.provenance import code_fingerprint
 from .errors import RunError
 from .files import _read_json, _write_json, atomic_write_text
 from .identity import weights_digest

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..tensorfile import TensorFileError, load_tensors
+from ..common.tensorfile import TensorFileError, load_tensors
 from .errors import RunError, StorageError
 from .faults import _fault_point
 
@@ -90,7 +90,7 @@ def _read_json(path: Path, what: str):
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
-    """``torch.load(path, weights_only=True)`` (:func:`catlib.tensorfile.load_tensors`):
+    """``torch.load(path, weights_only=True)`` (:func:`catlib.common.tensorfile.load_tensors`):
     tensors and plain containers only, so a crafted pickle cannot run code; a RunError
     names an unreadable or refused file."""
     try:

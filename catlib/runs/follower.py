@@ -1,4 +1,4 @@
-"""The other ranks under torchrun (:mod:`catlib.distributed`): rank 0 prepares the run
+"""The other ranks under torchrun (:mod:`catlib.training.distributed`): rank 0 prepares the run
 directory and tells them to train beside it, from its checkpoint, or the error to raise.
 They write nothing to the run directory and do not evaluate."""
 from __future__ import annotations
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import torch
 
-from .. import distributed
+from ..training import distributed
 from ..data import DataError, load_corpus
-from ..devices import resolve_device
+from ..common.devices import resolve_device
 from ..nn.config import CATConfig
-from ..train import NonFiniteLoss, SideBySide, TrainConfig, train_loop
+from ..training.loop import NonFiniteLoss, SideBySide, TrainConfig, train_loop
 from .errors import RunError, RunInterrupted, StorageError, TrainingFailed
 from .files import load_checkpoint
 

@@ -1,7 +1,7 @@
 """A run's identity: the config hash that names it and the digest of the weights scored.
 
 The config hash covers the model config, the training settings that change the weights,
-the corpus and the code fingerprint (:func:`catlib.provenance.code_fingerprint`), so a
+the corpus and the code fingerprint (:func:`catlib.common.provenance.code_fingerprint`), so a
 change to the model, training, data or evaluation code gives a new run instead of reusing
 one trained by other code. The weights digest ties a stored evaluation to the very
 weights on disk (:func:`catlib.runs.evaluation._stored_eval`).
@@ -14,15 +14,15 @@ import json
 import torch
 
 from ..nn.config import CATConfig
-from ..provenance import code_fingerprint
-from ..train import TrainConfig
+from ..common.provenance import code_fingerprint
+from ..training.loop import TrainConfig
 
 
 def config_hash(model_config: CATConfig, train_config: TrainConfig, data_sha256: str,
                 code: str | None = None) -> str:
     """SHA-256 (16 hex digits) of everything that determines the trained weights and their
     evaluation: model config, training identity, corpus and code fingerprint (default: this
-    code's, :func:`catlib.provenance.code_fingerprint`)."""
+    code's, :func:`catlib.common.provenance.code_fingerprint`)."""
     ident = {"model": model_config.resolved().to_dict(), "train": train_config.identity(),
              "data": data_sha256, "code": code or code_fingerprint()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]

@@ -3,7 +3,7 @@
 ``runs/<name>/`` holds
 
 - ``config.json``   model config (resolved), training and evaluation settings, the code
-                    fingerprint (:func:`catlib.provenance.code_fingerprint`), config hash;
+                    fingerprint (:func:`catlib.common.provenance.code_fingerprint`), config hash;
 - ``env.json``      package versions, python, platform, device, git commit (latest session);
 - ``status.json``   starting | running | interrupted | stopped (budget) | failed (NaN/inf) | finished;
 - ``metrics.jsonl`` one JSON object per training step (and per validation);
@@ -29,7 +29,7 @@ import torch
 from ..nn.baselines import Baseline
 from ..nn.config import CATConfig
 from ..nn.model import CAT
-from ..train import TrainConfig
+from ..training.loop import TrainConfig
 from .errors import RunError
 from .files import _read_json, _write_json, load_checkpoint
 

@@ -25,14 +25,14 @@ from typing import Callable
 
 import torch
 
-from .. import distributed
+from ..training import distributed
 from ..data import Corpus, load_corpus
-from ..devices import resolve_device
-from ..eval_config import EvalConfig
-from ..evaluate import check_settings
+from ..common.devices import resolve_device
+from ..measure.config import EvalConfig
+from ..measure.evaluate import check_settings
 from ..nn.config import CATConfig
-from ..provenance import code_fingerprint, environment, fingerprint_files
-from ..train import NonFiniteLoss, SideBySide, TrainConfig, train_loop
+from ..common.provenance import code_fingerprint, environment, fingerprint_files
+from ..training.loop import NonFiniteLoss, SideBySide, TrainConfig, train_loop
 from .errors import RunError, RunInterrupted, StorageError, TrainingFailed
 from .evaluation import _stored_eval, eval_settings, evaluate_run
 from .faults import _fault_point
@@ -56,13 +56,13 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
     hash>``); ``device``: "auto", "cpu", "cuda", "mps" or a torch.device; ``data``: the
     corpus path (default: :func:`catlib.data.corpus_path`); ``retrain``: start afresh even
     where a finished run exists. The evaluation after training: ``evaluation``
-    (:class:`~catlib.eval_config.EvalConfig`, default its defaults), with any of
+    (:class:`~catlib.measure.config.EvalConfig`, default its defaults), with any of
     ``lengths``, ``eval_windows``, ``dropout_in_eval``, ``batch_tokens`` given replacing
     its field; ``evaluate=False`` skips it. ``progress`` draws a progress bar,
     ``echo`` prints the published progress line, ``on_step(metrics)`` is called after
     every step. Errors: see :func:`_train_run`.
 
-    Under torchrun (:mod:`catlib.distributed`) rank 0 does all of :func:`_train_run` and
+    Under torchrun (:mod:`catlib.training.distributed`) rank 0 does all of :func:`_train_run` and
     tells the other ranks, once the run directory is ready, to train beside it (from its
     checkpoint), or the error to raise; they return None, without evaluating.
     """

@@ -4,7 +4,7 @@ On the CPU the runs train in parallel worker processes, one thread each, so that
 numbers do not depend on how many run at once; on CUDA with several devices, one process
 per device takes the runs assigned to it. The costliest jobs start first (by relative
 step weights, :func:`expected_cost`); the workers report their steps into a shared array
-that :class:`~catlib.progress.PoolProgress` turns into one line with the time left.
+that :class:`~catlib.experiment.progress.PoolProgress` turns into one line with the time left.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from .progress import attach as attach_progress
 
 def default_jobs(device) -> int:
     """Runs trained at once: ``CATLIB_JOBS`` if set, else the CPUs this process may use
-    (:func:`~catlib.provenance.usable_cpus`); 1 on CUDA or MPS."""
-    from .provenance import usable_cpus
+    (:func:`~catlib.common.provenance.usable_cpus`); 1 on CUDA or MPS."""
+    from ..common.provenance import usable_cpus
 
     if torch.device(device).type != "cpu":
         return 1

@@ -46,7 +46,7 @@ def copy_curve(model: torch.nn.Module, passage: torch.Tensor, device=None) -> np
     junction (x[0] after the end of x), entries d..2d-2 the second copy's x[1:]."""
     device = device or next(model.parameters()).device
     s = torch.cat([passage, passage])[None]                                    # [1, 2d]
-    with evaluate._mode(model, False), torch.inference_mode():
+    with evaluate.eval_mode(model, False), torch.inference_mode():
         logits = model(s[:, :-1].to(device))[0].cpu().double()                # [1, 2d-1, V]
     return F.cross_entropy(logits[0], s[0, 1:], reduction="none").numpy()
 

@@ -8,7 +8,7 @@ parent reads the array and prints one line: in place on a terminal (every ``refr
 seconds), and as a plain line every ``every`` seconds where the output is a file or a
 notebook, so that a log shows the progress too.
 
-The time left is the expected cost of what remains (:func:`catlib.pool.expected_cost`
+The time left is the expected cost of what remains (:func:`catlib.experiment.pool.expected_cost`
 per job, in its own units) divided by the rate measured so far in those units: the
 expected costs only weigh the jobs against each other, the clock sets the pace.
 """

@@ -1,6 +1,6 @@
 """The optimiser of every trained model: AdamW over its parameter groups, defined only here.
 
-Training (:class:`catlib.train.SideBySide`, also under DDP, which wraps the same models
+Training (:class:`catlib.training.loop.SideBySide`, also under DDP, which wraps the same models
 and optimisers) and the audit build their optimisers with :func:`make_optimizer`.
 ``decay_on`` (``TrainConfig.weight_decay_on``) says which tensors AdamW's weight decay
 (its default 0.01, as the published script) acts on:

@@ -8,9 +8,9 @@ written (disk full; the last checkpoint is intact, run the command again once th
 space); 130: interrupted (Ctrl-C).
 
 The flags of ``train`` are generated from every field of
-:class:`~catlib.nn.config.CATConfig`, :class:`~catlib.train.TrainConfig` and
-:class:`~catlib.eval_config.EvalConfig` (``eval`` takes EvalConfig's), in
-:mod:`catlib.cli_flags`: a flag is ``--<field>``, its default the field's default;
+:class:`~catlib.nn.config.CATConfig`, :class:`~catlib.training.loop.TrainConfig` and
+:class:`~catlib.measure.config.EvalConfig` (``eval`` takes EvalConfig's), in
+:mod:`catlib.cli.flags`: a flag is ``--<field>``, its default the field's default;
 ``LEFT_OUT`` there names the fields without a flag and why.
 """
 from __future__ import annotations
@@ -18,16 +18,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import distributed
-from .audit import AuditError, audit_model, audit_to_json, format_audit, load_for_audit
-from .cli_flags import (CATLIB_FIELDS, EVAL_CONFIGS, EVAL_FLAGS, FLAG_OF, LEFT_OUT,  # noqa: F401
+from ..training import distributed
+from ..audit import AuditError, audit_model, audit_to_json, format_audit, load_for_audit
+from .flags import (CATLIB_FIELDS, EVAL_CONFIGS, EVAL_FLAGS, FLAG_OF, LEFT_OUT,  # noqa: F401
                         PUBLISHED_FIELDS, TRAIN_FLAGS, Flag, _add_flag, _positive,
                         configs_from_args, evaluation_from_args)
-from .nn.config import BASES
-from .data import CORPUS_CHARS, DataError, split_point
-from .evaluate import check_settings, format_table
-from .devices import DEVICES, DeviceError, resolve_device
-from .runs import (RunError, RunInterrupted, StorageError, TrainingFailed, evaluate_run,
+from ..nn.config import BASES
+from ..data import CORPUS_CHARS, DataError, split_point
+from ..measure.evaluate import check_settings, format_table
+from ..common.devices import DEVICES, DeviceError, resolve_device
+from ..runs import (RunError, RunInterrupted, StorageError, TrainingFailed, evaluate_run,
                    open_run, train_run)
 from .sample import MODEL_NAMES, PROMPT_CHARS, sample_run
 

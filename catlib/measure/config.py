@@ -1,20 +1,16 @@
 """EvalConfig: the evaluation settings of a run, with their only defaults.
 
-The context-length evaluation (:mod:`catlib.evaluate`), a run's evaluation
+The context-length evaluation (:mod:`catlib.measure.evaluate`), a run's evaluation
 (:mod:`catlib.runs.evaluation`), training a run and the command line take their
-defaults from this dataclass; each field's ``help`` (field metadata) is the text of its
-``train``/``eval`` flag.
+defaults from this dataclass; the help of its ``train``/``eval`` flags is in
+:mod:`catlib.cli.flags`, beside every other flag's.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 PUBLISHED_LENGTHS = (128, 512, 1024, 5000)
-
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 @dataclass(frozen=True)
@@ -28,18 +24,12 @@ class EvalConfig:
     longest length when it is scored per position (None: ``eval_windows``).
     """
 
-    lengths: tuple = field(default=PUBLISHED_LENGTHS,
-                           metadata=_help("context lengths to evaluate"))
-    eval_windows: int = field(default=256,
-                              metadata=_help("max validation windows per context length"))
-    batch_tokens: int = field(default=32768, metadata=_help(
-        "tokens per evaluation batch; 1 = the published batch of one window"))
-    leak_length: int = field(default=64, metadata=_help("sequence length of the leak score"))
-    dropout_in_eval: bool = field(default=False, metadata=_help(
-        "keep dropout on during evaluation, as the published script does"))
-    curve_windows: int | None = field(default=None, metadata=_help(
-        "max windows at the longest length when it is scored per position "
-        "(default: eval_windows)"))
+    lengths: tuple = PUBLISHED_LENGTHS
+    eval_windows: int = 256
+    batch_tokens: int = 32768
+    leak_length: int = 64
+    dropout_in_eval: bool = False
+    curve_windows: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.lengths, (list, int)):  # from JSON, or a single length

@@ -16,7 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .eval_config import DEFAULTS, PUBLISHED_LENGTHS  # noqa: F401 (its earlier home)
+from .config import DEFAULTS, PUBLISHED_LENGTHS  # noqa: F401 (its earlier home)
 
 TABLE_HEADER = "len | CAT CE | PPL | Bas CE | PPL | dCE"
 
@@ -86,7 +86,7 @@ def _skip_reason(n_val: int, length: int) -> str:
     return f"needs more than {2 * length} validation tokens, the split has {n_val}"
 
 
-class _mode:
+class eval_mode:
     """Context manager: eval mode (or train mode when ``dropout`` is True), restored on exit."""
 
     def __init__(self, model: torch.nn.Module, dropout: bool):
@@ -128,7 +128,7 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
     x, y = windows(val, length, n)
     per_batch = windows_per_batch(length, batch_tokens)
     total = 0.0
-    with _mode(model, dropout_in_eval), torch.inference_mode(), \
+    with eval_mode(model, dropout_in_eval), torch.inference_mode(), \
             seeded(seed if dropout_in_eval else None, device):
         for i in range(0, n, per_batch):
             xb, yb = x[i:i + per_batch].to(device), y[i:i + per_batch].to(device)
@@ -241,7 +241,7 @@ def leak_score(model: torch.nn.Module, vocab_size: int, length: int = DEFAULTS.l
     x = torch.randint(vocab_size, (1, length), generator=g)
     positions = torch.randint(length - 1, (n_positions,), generator=g).tolist()
     changes = []
-    with _mode(model, False), torch.inference_mode():
+    with eval_mode(model, False), torch.inference_mode():
         ref = _float64(model(x.to(device))[0])
         for i in positions:
             x2 = x.clone()

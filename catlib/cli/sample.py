@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from .data import Vocab, load_corpus
-from .evaluate import _mode
-from .runs import Run, RunError, open_run
+from ..data import Vocab, load_corpus
+from ..measure.evaluate import eval_mode
+from ..runs import Run, RunError, open_run
 
 MODEL_NAMES = ("cat", "base")  # as a run directory names its models
 PROMPT_CHARS = 64              # the default prompt: this many validation characters
@@ -35,7 +35,7 @@ def generate(model: torch.nn.Module, prompt: torch.Tensor, n_new: int,
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(seed)
     ids = prompt.to(torch.int64).cpu()
-    with _mode(model, False), torch.inference_mode():
+    with eval_mode(model, False), torch.inference_mode():
         for _ in range(n_new):
             logits = model(ids[None].to(device))[0][0, -1].double().cpu()  # [V]
             if temperature == 0:

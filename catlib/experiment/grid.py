@@ -20,17 +20,18 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from .nn.config import PRIOR_KERNELS, CATConfig
-from .data import Corpus, load_corpus
-from .eval_config import EvalConfig
-from .evaluate import context_table, n_windows
-from .experiment_config import ExperimentConfig
-from .extrapolation import position_ce
+from ..nn.config import PRIOR_KERNELS, CATConfig
+from ..data import Corpus, load_corpus
+from ..measure.config import EvalConfig
+from ..measure.evaluate import context_table, n_windows
+from .config import ExperimentConfig
+from ..measure.extrapolation import position_ce
 from .pool import default_jobs, run_jobs, worker_devices  # noqa: F401 (default_jobs: its earlier home)
 from .progress import reporter
-from .provenance import code_fingerprint
-from .runs import Run, atomic_write_text, run_lock, train_run, weights_digest
-from .train import TrainConfig
+from ..common.provenance import code_fingerprint
+from ..measure.refinement import FINER, refinement
+from ..runs import Run, atomic_write_text, check_split, stored_with_run, train_run, weights_digest
+from ..training.loop import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
     time, each on one thread, so that the numbers do not depend on ``jobs``; on CUDA with
     several ``devices``, one process per device takes every n-th run
     (:func:`worker_devices`). The costliest jobs start first. While they run, ``echo``
-    shows one progress line (:class:`~catlib.progress.PoolProgress`): runs done, steps done
+    shows one progress line (:class:`~catlib.experiment.progress.PoolProgress`): runs done, steps done
     across the workers, time left; in place on a terminal, else a line every
     ``progress_every`` seconds (0: none), so that a log file shows it too. Returns
     ``{(label, seed): Run}``; rows that share a run share the Run object, whose ``reused``
@@ -271,7 +272,7 @@ def _seeds_of(seeds) -> Callable[[str], list]:
 def _train_job(spec: dict, steps=None) -> dict:
     """Train, evaluate and score one run (a worker process, or in-process on one thread);
     its steps go to the progress array (``steps``, or the worker's own, see
-    :func:`catlib.progress.attach`)."""
+    :func:`catlib.experiment.progress.attach`)."""
     threads = torch.get_num_threads()
     if spec["device"] == "cpu":
         torch.set_num_threads(1)
@@ -314,15 +315,15 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
     Stored in the run directory beside its evaluation, valid for the weights and the
     code that computed it, so that the chapters that draw it and a rebuild reuse it.
     """
-    _check_split(run, corpus)
+    check_split(run, corpus)
     models, _ = run.load_weights(device or "cpu")
     model = models[model_key]
     if model is None:
         raise ValueError(f"{run.path.name} did not train {model_key!r}")
     ident = {"weights": weights_digest({model_key: model}),
-             "code": code_fingerprint() + code_fingerprint(("extrapolation",)),
+             "code": code_fingerprint() + code_fingerprint(("measure.extrapolation",)),
              "length": length, "windows": n_windows}
-    ce = _stored_with_run(run, f"positions-{model_key}-{length}x{n_windows}.json", ident,
+    ce = stored_with_run(run, f"positions-{model_key}-{length}x{n_windows}.json", ident,
                           lambda: position_ce(model, corpus.val, length, n_windows,
                                               device=device).tolist())
     return np.array(ce, dtype=float)
@@ -331,19 +332,19 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
 def run_copy_gain(run: Run, model_key: str, corpus: Corpus, distances, passages: int,
                   device=None) -> dict[int, float]:
     """The copy gain ``{distance: gain}`` of one model of a run
-    (:func:`catlib.copying.copy_gain` on the validation split), stored with the run like
+    (:func:`catlib.measure.copying.copy_gain` on the validation split), stored with the run like
     :func:`position_curve`."""
-    from .copying import copy_gain
+    from ..measure.copying import copy_gain
 
-    _check_split(run, corpus)
+    check_split(run, corpus)
     model = run.load_weights(device or "cpu")[0][model_key]
     if model is None:
         raise ValueError(f"{run.path.name} did not train {model_key!r}")
     distances = sorted(int(d) for d in distances)     # one identity for any order given
     ident = {"weights": weights_digest({model_key: model}),
-             "code": code_fingerprint() + code_fingerprint(("copying",)),
+             "code": code_fingerprint() + code_fingerprint(("measure.copying",)),
              "distances": distances, "passages": passages}
-    gains = _stored_with_run(run, f"copy-{model_key}.json", ident, lambda: {
+    gains = stored_with_run(run, f"copy-{model_key}.json", ident, lambda: {
         str(d): g for d, g in copy_gain(model, corpus.val, distances, passages, device).items()})
     return {int(d): g for d, g in gains.items()}
 
@@ -351,7 +352,7 @@ def run_copy_gain(run: Run, model_key: str, corpus: Corpus, distances, passages:
 def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
                     device=None, curve_length: int | None = None,
                     curve_windows: int | None = None) -> list[dict]:
-    """The published protocol's table of a run: :func:`~catlib.evaluate.context_table` of
+    """The published protocol's table of a run: :func:`~catlib.measure.evaluate.context_table` of
     both its models with dropout on (the published script never calls ``eval()``), the
     masks seeded by the run's seed. Stored in the run directory like :func:`position_curve`.
 
@@ -359,7 +360,7 @@ def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
     per-position curve, whose mean is the evaluation-mode CE there), elsewhere by
     ``eval_windows``.
     """
-    _check_split(run, corpus)
+    check_split(run, corpus)
     models, _ = run.load_weights(device or "cpu")
     seed = run.train_config.seed
     cap = {L: window_cap(L, curve_length, eval_windows, curve_windows) for L in lengths}
@@ -372,30 +373,25 @@ def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
         return [row for L in lengths for row in context_table(
             models["cat"], models["base"], corpus.val, [L], cap[L],
             dropout_in_eval=True, device=device, seed=seed)]
-    return _stored_with_run(run, "eval-dropout-on.json", ident, table)
+    return stored_with_run(run, "eval-dropout-on.json", ident, table)
 
 
-def _check_split(run: Run, corpus: Corpus) -> None:
-    if corpus.split != run.train_config.split:
-        raise ValueError(f"the corpus split {corpus.split!r} is not the run's "
-                         f"({run.train_config.split!r}); load_corpus(split=...) to match")
-
-
-def _stored_with_run(run: Run, name: str, ident: dict, compute: Callable[[], object]):
-    """The value stored as ``name`` in the run directory if it was computed for ``ident``
-    (weights, code, settings); else ``compute()``, stored atomically, then returned."""
-    path = run.path / name
-    if path.exists():
-        try:
-            stored = json.loads(path.read_text())
-            if stored.get("ident") == ident:
-                return stored["value"]
-        except ValueError:
-            pass                                     # unreadable: computed again below
-    value = compute()
-    with run_lock(run.path):
-        atomic_write_text(path, json.dumps({"ident": ident, "value": value}))
-    return value
+def run_refinement(run, corpus, length: int, eval_windows: int, finer=FINER, device=None) -> dict:
+    """:func:`~catlib.measure.refinement.refinement` of a run's CAT on ``corpus.val``, stored in the run directory
+    beside its evaluation (valid for the weights, the code and the settings), so that a
+    chapter and a rebuild reuse it. ``run``: a :class:`~catlib.runs.Run` that trained "cat"."""
+    check_split(run, corpus)
+    models, _ = run.load_weights(device or "cpu")
+    cat = models.get("cat")
+    if cat is None:
+        raise ValueError(f"{run.path.name} did not train a CAT; the refinement test needs one")
+    finer = [tuple(f) for f in finer]
+    ident = {"weights": weights_digest({"cat": cat}),
+             "code": code_fingerprint() + code_fingerprint(("measure.refinement",)),
+             "length": length, "windows": eval_windows, "finer": [list(f) for f in finer]}
+    return stored_with_run(run, f"refinement-{length}x{eval_windows}.json", ident,
+                            lambda: refinement(cat, corpus.val, length, eval_windows, finer,
+                                               device=device))
 
 
 def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest: int,
@@ -432,11 +428,11 @@ def write_part(folder: Path, name: str, rows: dict | None = None,
 
     ``rows`` go to ``<folder>/extrapolation/<name>.json``, ``curves`` ({label: [L]}) to
     ``<folder>/extrapolation/<name>.csv`` (columns model, position, ce), ``depth`` (the
-    refinement table, :func:`catlib.refinement.depth_table`) to ``<folder>/depth/<name>.json``,
-    ``context_use`` (:func:`catlib.context_use.context_use_table`) to
+    refinement table, :func:`catlib.measure.refinement.depth_table`) to ``<folder>/depth/<name>.json``,
+    ``context_use`` (:func:`catlib.book.context_use.context_use_table`) to
     ``<folder>/context_use/<name>.json``.
     """
-    from .extrapolation import write_extrapolation_json, write_position_csv
+    from .artefacts import write_extrapolation_json, write_position_csv
 
     part = Path(folder) / "extrapolation"
     part.mkdir(parents=True, exist_ok=True)

@@ -1,59 +1,18 @@
-"""What every page of the book does first, and the small helpers its cells share.
-
-A notebook's first code cell checks its parameters, then calls :func:`setup` once::
-
-    page.check_parameters(globals())
-    ROOT, dev = page.setup(device)
-
-:func:`check_parameters` reads the values of the ``parameters`` cell (those papermill
-injected included) and stops an invalid one (a negative size, an unknown device, a
-string where a number belongs) with one line naming the parameter and the fix:
-:data:`PARAMETERS` says what each parameter of the book accepts.
-
-:func:`setup` finds the book's root (:func:`catlib.book.find_root`: the folder with ``_config.yml``,
-found upward from the working directory, since papermill, nbval and jupyter-cache each
-start the kernel elsewhere),
-resolves the ``device`` parameter to a ``torch.device`` (``"auto"`` picks CUDA, then MPS,
-then the CPU; :func:`catlib.devices.resolve_device`) and applies the book's plot style,
-``catlib/catlib.mplstyle``, shipped with the package.
-
-The other functions are page plumbing, not the methods a page shows: :func:`show` (lay
-out, save for other pages, display), :func:`timed` (wall time of a call, the device
-synchronised), :func:`smooth` (a trailing moving average of a training curve) and
-:func:`pm_cells` (the "mean ± std" cells of one row of a result table).
+"""The rules of the notebooks' parameters: :func:`check_parameters` reads the values of a
+``parameters`` cell (those papermill injected included) and stops an invalid one (a
+negative size, an unknown device, a string where a number belongs) with one line naming
+the parameter and the fix; :data:`PARAMETERS` says what each parameter of the book accepts.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from importlib.resources import as_file, files
-from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable
 
-import numpy as np
 import torch
 
-from .book.locate import find_root, save_figure
-from .devices import DeviceError, resolve_device
-from .nn.bases import BASIS_NAMES
-from .nn.config import SOLVER_NAMES
-from .report import mean_std, pm
-
-STYLE = "catlib.mplstyle"   # package data of catlib (pyproject.toml)
-
-
-@dataclass(frozen=True)
-class Page:
-    """Where a page runs: the book's ``root`` folder and the torch ``device`` it computes on.
-
-    Unpacks as ``root, device`` (``ROOT, dev = page.setup(device)``).
-    """
-
-    root: Path
-    device: torch.device
-
-    def __iter__(self) -> Iterator:
-        return iter((self.root, self.device))
+from ..common.devices import DeviceError, resolve_device
+from ..nn.bases import BASIS_NAMES
+from ..nn.config import SOLVER_NAMES
 
 
 class ParameterError(ValueError):
@@ -112,7 +71,7 @@ def _positive(example):  # a rate, a tolerance, a scale: a number > 0
 # Every parameter of the book's notebooks and what it accepts (tests/test_notebook_params.py
 # checks that each notebook's parameters cell declares only names listed here).
 PARAMETERS: dict[str, Rule] = {
-    "device": Rule("str", example="cpu"),                  # resolved by catlib.devices
+    "device": Rule("str", example="cpu"),                  # resolved by catlib.common.devices
     "profile": Rule("str", example="cpu"),                  # a label of the runs' folder
     "figure_dir": Rule("str", example='""'),
     "seed": Rule("int", 0, example=0),
@@ -182,7 +141,7 @@ def _fails(rule: Rule, value) -> bool:
 
 def _check_device(name: str) -> None:
     """A one-line :class:`ParameterError` for a device name that is unknown, or known but
-    absent from this machine (:func:`catlib.devices.resolve_device` decides)."""
+    absent from this machine (:func:`catlib.common.devices.resolve_device` decides)."""
     try:
         kind = "auto" if name == "auto" else torch.device(name).type
     except (RuntimeError, TypeError):
@@ -201,7 +160,7 @@ def _check_periods(periods, seq) -> None:
     """``study_periods`` is [lo, hi], lo <= hi <= seq: the sampler's rule for a passage's
     period within the training length (:func:`catlib.data.check_repeats`), named as the
     notebook parameter."""
-    from .data import check_repeats
+    from ..data import check_repeats
 
     try:
         check_repeats(1.0, tuple(periods), seq if seq is not None else max(periods))
@@ -245,70 +204,3 @@ def check_parameters(values: dict, even_heads: bool = False) -> None:
                 fix = max((k for k in range(1, min(h, d) + 1) if fits(k)), default=1)
                 raise ParameterError(f"parameters {width} = {d} and {heads} = {h} do not fit: "
                                      f"{heads} must {need}; run with e.g. -p {heads} {fix}")
-
-
-def use_style() -> None:
-    """Apply the book's matplotlib style (``catlib/catlib.mplstyle``) to this process."""
-    import matplotlib.style
-    with as_file(files("catlib") / STYLE) as path:
-        matplotlib.style.use(str(path))
-
-
-def setup(device: str = "auto") -> Page:
-    """Set up a page: find the book root, resolve ``device``, apply the plot style.
-
-    ``device``: the notebook's ``device`` parameter (``auto``, ``cpu``, ``cuda``, ``mps``);
-    an unknown or absent device raises :class:`catlib.devices.DeviceError`. Returns a
-    :class:`Page`, which unpacks as ``(root, device)``.
-    """
-    root = find_root()
-    dev = torch.device(resolve_device(device))
-    use_style()
-    return Page(root, dev)
-
-
-def show(fig, name: str = "", figure_dir: str = "", root: Path | None = None) -> None:
-    """Lay out ``fig``, save it as ``root/figure_dir/name`` when both are given (a figure
-    that another page shows, :func:`catlib.book.save_figure`), and display it."""
-    import matplotlib.pyplot as plt
-    fig.tight_layout()
-    if name and figure_dir:
-        save_figure(fig, name, figure_dir, root)
-    plt.show()
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the queued work of ``device`` (CUDA, MPS) to finish; nothing on the CPU."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def timed(fn: Callable, device: torch.device):
-    """``(fn(), seconds)``: the wall time of one call, ``device`` synchronised before and after."""
-    synchronize(device)
-    start = time.perf_counter()
-    out = fn()
-    synchronize(device)
-    return out, time.perf_counter() - start
-
-
-def smooth(values: Sequence[float], width: int) -> np.ndarray:
-    """Trailing moving average over ``width`` points, as long as ``values`` (the first
-    points average what there is so far)."""
-    values = np.asarray(values, dtype=float)
-    width = max(1, int(width))
-    csum = np.cumsum(np.insert(values, 0, 0.0))
-    idx = np.arange(1, len(values) + 1)
-    lo = np.maximum(idx - width, 0)
-    return (csum[idx] - csum[lo]) / (idx - lo)
-
-
-def pm_cells(per_seed, sign: bool = False, digits: int = 3) -> list[str]:
-    """The cells of one table row from per-seed values ``[seeds, columns]``: "mean ± std"
-    per column, the mean alone when there is one seed."""
-    a = np.asarray(per_seed, dtype=float)
-    m, s = mean_std(a)
-    one = a.shape[0] == 1
-    return [pm(x, None if one else y, digits, sign) for x, y in zip(m, s)]

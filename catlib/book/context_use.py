@@ -1,5 +1,5 @@
 """Chapter 09: which rows use context, read from their runs' copy tests
-(:mod:`catlib.copying`), and its artefact.
+(:mod:`catlib.measure.copying`), and its artefact.
 
 The copy gains of rows and seeds (:func:`copy_gains`), what they say (:func:`uses_context`,
 :func:`reach`, :func:`kept_fraction` at the distances of :func:`reference_distances`), the
@@ -16,8 +16,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from . import experiment as ex
-from .experiment_config import ExperimentConfig
+from ..experiment import grid as ex
+from ..experiment.config import ExperimentConfig
 
 # A mean copy gain below this (nats per character) counts as no copying, nothing to keep:
 # the two copies also differ at the junction, where the end of x meets its start.
@@ -27,7 +27,7 @@ MIN_GAIN = 0.05
 def copy_gains(runs: dict, labels: Iterable[str], seeds_of: Callable[[str], list],
                corpus: dict, distances, passages: int, device=None) -> dict[str, np.ndarray]:
     """``{label: gains [seeds, distances]}`` from each run's stored copy test
-    (:func:`catlib.experiment.run_copy_gain`; computed now where missing).
+    (:func:`catlib.experiment.grid.run_copy_gain`; computed now where missing).
     ``corpus``: ``{split: Corpus}``."""
     out = {}
     for label in labels:
@@ -42,8 +42,8 @@ def context_use_table(gains: dict[str, np.ndarray], ce: dict[str, np.ndarray], d
                       lengths: dict[str, list], experiment: ExperimentConfig) -> dict[str, dict]:
     """The artefact's rows: ``gains`` ``{label: [seeds, distances]}`` (:func:`copy_gains`),
     ``ce`` ``{label: [seeds, lengths]}`` (plain-text CE at ``lengths[label]``: the book's
-    rows at the chapters' lengths, :func:`~catlib.experiment.table_scores`; the study's at
-    their training length, :func:`~catlib.experiment.scores`)."""
+    rows at the chapters' lengths, :func:`~catlib.experiment.grid.table_scores`; the study's at
+    their training length, :func:`~catlib.experiment.grid.scores`)."""
     table = {}
     for label, g in gains.items():
         row = ex.ROWS[label]
@@ -96,8 +96,8 @@ def gains_by_slope(models: list, val, distances, passages: int, slopes,
                    device=None) -> dict[float, np.ndarray]:
     """``{slope: gains [models, distances]}``: the copy gains of far-head models evaluated
     with their log-length factor at each slope (:func:`catlib.nn.decay_prior.far_head_slope`)."""
-    from .copying import copy_gain
-    from .nn.decay_prior import far_head_slope
+    from ..measure.copying import copy_gain
+    from ..nn.decay_prior import far_head_slope
 
     out = {}
     for k in slopes:

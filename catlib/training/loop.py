@@ -35,12 +35,12 @@ import torch.nn.functional as F
 from tqdm import tqdm  # text bar: tqdm.auto warns in kernels without ipywidgets
 
 from . import distributed
-from .nn.baselines import Baseline
-from .nn.config import CATConfig
-from .data import SPLITS, BatchSampler, check_repeats
-from .devices import mps_available
-from .evaluate import cross_entropy
-from .nn.model import CAT, solved_with
+from ..nn.baselines import Baseline
+from ..nn.config import CATConfig
+from ..data import SPLITS, BatchSampler, check_repeats
+from ..common.devices import mps_available
+from ..measure.evaluate import cross_entropy
+from ..nn.model import CAT, solved_with
 from .optim import DECAY_ON, make_optimizer
 
 
@@ -57,7 +57,7 @@ class TrainConfig:
     change the trained weights (:meth:`identity`); the others control logging, checkpoints
     and time.
     ``weight_decay_on``: the tensors AdamW decays, "all" or "matrices"; None follows the
-    model's variant (published "all", causal "matrices"; :mod:`catlib.optim`). ``split`` is the
+    model's variant (published "all", causal "matrices"; :mod:`catlib.training.optim`). ``split`` is the
     corpus split (:data:`catlib.data.SPLITS`); ``models`` the models trained: both, as
     published, or only ``("cat",)`` or ``("base",)``. ``deterministic``: only kernels that
     give the same bits on every run (:func:`make_deterministic`); on the CPU the numbers
@@ -77,7 +77,7 @@ class TrainConfig:
     split: str = "published"
     models: tuple = MODELS
     deterministic: bool = False  # deterministic kernels (see make_deterministic)
-    weight_decay_on: str | None = None  # "all", "matrices"; None: by variant (catlib.optim)
+    weight_decay_on: str | None = None  # "all", "matrices"; None: by variant (catlib.training.optim)
     repeat_share: float = 0.0   # share of each batch made of a repeated passage (BatchSampler)
     repeat_periods: tuple[int, int] | None = None  # (lo, hi): the passage lengths drawn
 

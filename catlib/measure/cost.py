@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from .nn.baselines import explicit_encoder
+from ..nn.baselines import explicit_encoder
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -1,10 +1,10 @@
 """ExperimentConfig: the book's experiment as one typed value (a profile's experiment).
 
-What every row of :mod:`catlib.experiment` shares: the model's sizes (a
+What every row of :mod:`catlib.experiment.grid` shares: the model's sizes (a
 :class:`~catlib.nn.config.CATConfig`, whose ``variant`` and kernel options each row sets),
-the training settings (a :class:`~catlib.train.TrainConfig`, whose ``seed``, ``split``
+the training settings (a :class:`~catlib.training.loop.TrainConfig`, whose ``seed``, ``split``
 and ``models`` each row and seed set), the evaluation (an
-:class:`~catlib.eval_config.EvalConfig`; the longest length is scored per position) and
+:class:`~catlib.measure.config.EvalConfig`; the longest length is scored per position) and
 the seeds; and the settings of chapter 09's repeated-passage study (:class:`StudyConfig`).
 A notebook receives it as plain papermill parameters, one per field;
 :meth:`ExperimentConfig.from_parameters` reads them back by the fields' names, so no list
@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from .eval_config import EvalConfig
-from .nn.config import CATConfig
-from .train import TrainConfig
+from ..measure.config import EvalConfig
+from ..nn.config import CATConfig
+from ..training.loop import TrainConfig
 
 
 @dataclass(frozen=True)

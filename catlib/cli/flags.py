@@ -1,9 +1,9 @@
 """The flags of ``python -m catlib train`` and ``eval``, generated from the config fields.
 
-Every field of :class:`~catlib.nn.config.CATConfig`, :class:`~catlib.train.TrainConfig`
-and :class:`~catlib.eval_config.EvalConfig` is a flag ``--<field>`` (:data:`TRAIN_FLAGS`),
-with the field's type and default; its help is the field's ``help`` metadata where the
-field has one, else the text below. :data:`LEFT_OUT` names the fields without a flag
+Every field of :class:`~catlib.nn.config.CATConfig`, :class:`~catlib.training.loop.TrainConfig`
+and :class:`~catlib.measure.config.EvalConfig` is a flag ``--<field>`` (:data:`TRAIN_FLAGS`),
+with the field's type and default; its help is the text below, the one home of every
+flag's help (:data:`PUBLISHED_FIELDS`, :data:`CATLIB_FIELDS`). :data:`LEFT_OUT` names the fields without a flag
 and why. :func:`configs_from_args` turns parsed arguments back into the three configs.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ import typing
 from dataclasses import dataclass
 
 
-from .data import SPLITS
-from .eval_config import EvalConfig
-from .nn.config import (BASELINE_POSITIONS, BASES, KERNELS, PENALTIES, PRIOR_KERNELS,
+from ..data import SPLITS
+from ..measure.config import EvalConfig
+from ..nn.config import (BASELINE_POSITIONS, BASES, KERNELS, PENALTIES, PRIOR_KERNELS,
                         SOLVER_NAMES, VARIANTS, CATConfig)
-from .optim import DECAY_ON
-from .train import MODELS, TrainConfig
+from ..training.optim import DECAY_ON
+from ..training.loop import MODELS, TrainConfig
 
 
 def _budget(text: str) -> float:
@@ -46,7 +46,7 @@ def _positive(kind):
 
 
 # A flag for every field of CATConfig, TrainConfig and EvalConfig: --<field>, its type and
-# default the field's, its help below (EvalConfig's from its field metadata). The fields
+# default the field's, its help below. The fields
 # of the published script's command line come first, in its order.
 PUBLISHED_FIELDS = {
     "blocks": "ODE blocks K",
@@ -118,6 +118,12 @@ CATLIB_FIELDS = {
     "weight_decay_on": "what AdamW's weight decay (0.01) acts on: all (every parameter, the "
                        "published optimiser) or matrices (weights of linear maps and embeddings "
                        "only) (default: follows --variant: published all, causal matrices)",
+    # EvalConfig
+    "lengths": "context lengths to evaluate",
+    "eval_windows": "max validation windows per context length",
+    "batch_tokens": "tokens per evaluation batch; 1 = the published batch of one window",
+    "leak_length": "sequence length of the leak score",
+    "dropout_in_eval": "keep dropout on during evaluation, as the published script does",
 }
 # Fields without a flag, on purpose, and why.
 LEFT_OUT = {
@@ -163,7 +169,7 @@ def _plain_type(config: type, name: str) -> tuple[object, bool]:
 
 
 def _field_help(f: dataclasses.Field) -> str:
-    return f.metadata.get("help") or PUBLISHED_FIELDS.get(f.name) or CATLIB_FIELDS[f.name]
+    return PUBLISHED_FIELDS.get(f.name) or CATLIB_FIELDS[f.name]
 
 
 def _generate_flags(configs=(CATConfig, TrainConfig, EvalConfig)) -> tuple[Flag, ...]:

@@ -101,23 +101,24 @@ def torch_build(device) -> dict:
 # - every file of the method package ``catlib/nn/`` (bases, quadrature, kernels, attentions,
 #   baselines, the model, solvers, the model configuration, the published loader), found
 #   by listing the folder, so that a module added there cannot be left out;
-# - the top-level modules that train, feed and score those models: ``train`` (the loop,
-#   the loss, the seeds), ``data`` (corpus, split, batches) and ``evaluate`` (the protocol).
+# - the modules that train, feed and score those models: ``training.loop`` (the loop, the
+#   loss, the seeds) and ``training.optim``, ``data`` (corpus, split, batches) and
+#   ``measure.evaluate`` with its config (the protocol).
 # Everything else (runs, cli, provenance, book, audit, experiment, report, ...) handles
 # files, the command line and reporting, and changes no weight and no score. A module that
 # defines an nn.Module belongs in nn/ (a test checks it).
 FINGERPRINT_PACKAGE = "nn"
-FINGERPRINT_MODULES = ("train", "optim", "data", "evaluate", "eval_config")
-PACKAGE_DIR = Path(__file__).resolve().parent
+FINGERPRINT_MODULES = ("training.loop", "training.optim", "data", "measure.evaluate", "measure.config")
+PACKAGE_DIR = Path(__file__).resolve().parent.parent   # catlib/
 
 
 def fingerprint_files(modules: tuple[str, ...] | None = None) -> list[str]:
     """The files a fingerprint reads, as sorted paths relative to the package directory.
 
     Default: every file below ``nn/`` (but ``__pycache__`` and hidden files), then the
-    FINGERPRINT_MODULES; with ``modules``, just those top-level modules.
+    FINGERPRINT_MODULES; with ``modules`` (dotted names below catlib), just those modules.
     """
-    tops = [f"{name}.py" for name in (FINGERPRINT_MODULES if modules is None else modules)]
+    tops = [name.replace(".", "/") + ".py" for name in (FINGERPRINT_MODULES if modules is None else modules)]
     if modules is not None:
         return tops
     folder = PACKAGE_DIR / FINGERPRINT_PACKAGE

@@ -1,0 +1,18 @@
+"""The book's experiment: the grid of rows and how its runs are trained and scored.
+
+- :mod:`.grid`       ``Row``, ``ROWS`` and the chapters' row groups; :func:`train_grid` and the
+  values stored with each run (per-position curves, copy gains, the refinement test);
+- :mod:`.config`     ``ExperimentConfig``: the sizes, training, evaluation and seeds rows share;
+- :mod:`.pool`       the runs of a grid in parallel worker processes, costliest first;
+- :mod:`.progress`   the pool's progress line (runs, steps, time left);
+- :mod:`.artefacts`  the extrapolation tables of ``results/`` (CSV of curves, JSON of rows).
+
+The grid's names are importable from here (``from catlib import experiment as ex``).
+A test that replaces one patches :mod:`.grid`, the module that looks it up.
+"""
+from .grid import (BASELINES, BEYOND, CHAPTER_ROWS, CONTROLS, DECAY_ANCHORED,  # noqa: F401
+                   DIAGNOSTIC, DISTANCE_KERNELS, FAR_COPY, HEADLINE, ODE_CONSISTENT, ROWS, STUDY,
+                   STUDY_DIAGNOSTIC, TABLE_PARTS, Row, chapter_seeds, configs, dropout_on_rows,
+                   position_curve, row_configs, run_copy_gain, run_refinement, scores,
+                   table_scores, train_grid, train_rows, training_costs, window_cap, write_part)
+from .pool import worker_devices  # noqa: F401
