@@ -166,7 +166,7 @@ def test_the_book_commands_train_the_books_runs():
     import shlex
 
     from catlib.book.profiles import experiment
-    from catlib.cli.main import build_parser, configs_from_args
+    from catlib.cli.commands import build_parser, configs_from_args
     page = (PACKAGE.parent / "book" / "library.md").read_text()
     common = re.search(r'CPU="(.*?)"', page, re.S).group(1).replace("\\\n", " ")
     far = ("--kernel alibi-prior --far_heads 2 --attention_residual --blocks 2 --solver euler "

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from catlib.book import page
+from catlib.book import page, parameter_rules
 from catlib.book.parameters import notebook_parameters
 from catlib.book.profiles import PROFILES
 
@@ -87,8 +87,8 @@ def _execute(name: str, changes: dict, root: Path) -> None:
 
 def test_every_parameter_of_every_notebook_has_a_rule():
     for path in NOTEBOOKS:
-        missing = sorted(set(notebook_parameters(path)) - set(page.PARAMETERS))
-        assert not missing, f"{path.name}: no rule in catlib.book.page.PARAMETERS for {missing}"
+        missing = sorted(set(notebook_parameters(path)) - set(parameter_rules.PARAMETERS))
+        assert not missing, f"{path.name}: no rule in catlib.book.parameter_rules.PARAMETERS for {missing}"
 
 
 def test_every_profile_passes_the_check():
@@ -112,7 +112,7 @@ def test_the_check_runs_before_setup_and_no_import_shadows_a_parameter():
         imported = {alias.asname or alias.name.split(".")[0]
                     for node in ast.walk(ast.parse(setup))
                     if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
-        assert not imported & set(page.PARAMETERS), f"{path.name}: {imported & set(page.PARAMETERS)}"
+        assert not imported & set(parameter_rules.PARAMETERS), f"{path.name}: {imported & set(parameter_rules.PARAMETERS)}"
 
 
 @pytest.mark.parametrize("values, word", [

@@ -163,7 +163,7 @@ def test_style_file_is_package_data():
     from importlib.resources import files
 
     from catlib.book import page
-    assert (files("catlib") / page.STYLE).is_file()
+    assert (files("catlib.book") / page.STYLE).is_file()
     assert page.STYLE in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
 
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from catlib.cli.main import main
+from catlib.cli.commands import main
 from catlib.nn.config import CATConfig
 from catlib.runs import RunError, train_run
 from catlib.cli.sample import generate, sample_run

@@ -1,4 +1,4 @@
-"""``python -m catlib``: the commands train, eval, audit and sample (:mod:`.main`), their
+"""``python -m catlib``: the commands train, eval, audit and sample (:mod:`.commands`), their
 flags generated from the config fields with every flag's help in one table
 (:mod:`.flags`), and sampling text from a trained model (:mod:`.sample`)."""
-from .main import main  # noqa: F401
+from .commands import main  # noqa: F401
