@@ -36,7 +36,7 @@ from tqdm import tqdm  # text bar: tqdm.auto warns in kernels without ipywidgets
 
 from . import distributed
 from .nn.baselines import Baseline
-from .nn.config import CATConfig
+from .nn.config import CATConfig, check_finite
 from .data import SPLITS, BatchSampler, check_repeats
 from .devices import mps_available
 from .evaluate import cross_entropy
@@ -93,6 +93,7 @@ class TrainConfig:
         ``n_train``: training tokens of the split (bounds ``seq``); ``causal=False``: CAT is
         the published non-causal operator, undefined at T = 1, so ``seq`` must be >= 2.
         """
+        check_finite(self)   # a NaN or inf float field
         for name in ("train_steps", "batch", "seq", "val_windows", "checkpoint_every", "log_every"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
