@@ -198,3 +198,26 @@ def test_smoke_references_state_the_books_findings(path):
     wrong = [f"{first} {claim}" for first, claim, value in claims
              if not value and (path.stem, first, claim) not in EXPECTED_FALSE]
     assert not wrong, f"{path.name} (smoke profile) states as False: {wrong}"
+
+
+def test_a_study_share_that_rounds_to_no_window_is_stopped_naming_study_share():
+    # Catches the check calling the sampler's rule without the batch: 0.02 of a batch of 20
+    # passed here and failed later inside the pool, naming repeat_share.
+    with pytest.raises(page.ParameterError) as err:
+        page.check_parameters(dict(study_share=0.02, batch=20, seq=128, study_periods=[8, 112]))
+    message = str(err.value)
+    assert "study_share = 0.02" in message and "-p study_share 0.05" in message, message
+    assert "repeat_share" not in message and "\n" not in message
+
+
+def test_a_study_share_of_one_passes_as_the_sampler_accepts_it():
+    # Catches a bound stricter than the sampler's: every window repeated is a valid batch.
+    page.check_parameters(dict(study_share=1.0, batch=20, seq=128, study_periods=[8, 112]))
+    from catlib.data import check_repeats
+    check_repeats(1.0, (8, 112), 128, 20)
+
+
+@pytest.mark.parametrize("values", [dict(lr=math.inf), dict(noise=math.inf), dict(penalty_weights=[math.inf])])
+def test_an_infinite_parameter_is_stopped(values):
+    with pytest.raises(page.ParameterError, match="is invalid"):
+        page.check_parameters(values)
