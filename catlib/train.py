@@ -128,10 +128,17 @@ class TrainConfig:
                              f"tokens, got {self.seq}")
 
     def identity(self) -> dict:
-        """The fields that determine the trained weights (used in the run's config hash)."""
+        """The fields that determine the trained weights (used in the run's config hash).
+
+        ``weight_decay_on`` enters only when named: None (by the variant) writes the
+        identity written before the option existed, though for a causal run None now
+        decays the matrices where it decayed every tensor then; that change is in the code
+        fingerprint (``optim``), which the config hash also holds. None and the variant's
+        value named give two identities for one training.
+        """
         ident = {k: getattr(self, k) for k in ("train_steps", "lr", "batch", "seq", "seed", "split")}
         ident["models"] = [m for m in MODELS if m in self.models]  # order does not matter
-        if self.weight_decay_on is not None:   # None (by variant) keeps earlier runs' identity
+        if self.weight_decay_on is not None:   # None (by variant): left out, see above
             ident["weight_decay_on"] = self.weight_decay_on
         if self.repeat_share:                   # plain text keeps earlier runs' identity
             ident["repeat"] = [self.repeat_share, list(self.repeat_periods)]

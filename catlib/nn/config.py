@@ -235,13 +235,17 @@ class CATConfig:
         return dataclasses.replace(self, **filled)
 
     def to_dict(self) -> dict:
-        """The fields as JSON values (``train_solver_steps`` a list); ``train_solver_steps``
-        is left out when None, so that the configs (and run hashes) of earlier runs stay
-        as they were."""
+        """The fields as JSON values (``train_solver_steps`` a list). ``train_solver_steps``
+        (None), ``far_heads`` (0) and ``attention_residual`` (False) are left out at their
+        defaults, so that a config that does not use them writes the dict it wrote before
+        they existed; ``baseline_loop_scale`` is always written, so its arrival changed the
+        dict of every config (``CATConfig(variant="causal")`` included). A run's config hash
+        also holds the code fingerprint, which changed with each of these fields anyway:
+        no run of earlier code is reused either way."""
         data = dataclasses.asdict(self)
-        for name in ("far_heads", "attention_residual"):   # at their defaults: left out, as
-            if not data[name]:                             # train_solver_steps, so that earlier
-                del data[name]                             # runs' hashes stay as they were
+        for name in ("far_heads", "attention_residual"):   # at their defaults: left out
+            if not data[name]:
+                del data[name]
         if data["train_solver_steps"] is None:
             del data["train_solver_steps"]
         else:
