@@ -3,6 +3,7 @@ experiment is an ExperimentConfig read by field name, the optimiser has one home
 earlier names keep working."""
 import dataclasses
 import inspect
+import json
 from pathlib import Path
 
 import torch
@@ -77,11 +78,45 @@ def test_earlier_names_still_work():
     assert report.Record is run_report.Record and report._update_report is run_report._update_report
 
 
-def test_job_weights_only_order_the_jobs():
-    w = pool.STEP_WEIGHT
-    assert w["content"] > w["alibi-prior"] == w["kerple-prior"] > w["absolute"] > w["relative"] \
-        > pool.BASELINE_STEP_WEIGHT
-    assert all(isinstance(v, int) for v in w.values())
+def test_job_weights_only_order_the_jobs(tmp_path, tiny_path, monkeypatch):
+    # Catches job weights that change a number: the same tiny grid trained with the pool's
+    # weights and with weights that reverse the order of its jobs gives the same specs,
+    # the same runs (config hashes) and bit for bit the same losses and scores.
+    import numpy as np
+
+    from catlib.data import load_corpus
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    labels = ("KERPLE-prior CAT", "causal CAT", "RoPE baseline")
+    sizes = dict(d_model=16, n_heads=2, n_freq=4, blocks=1, solver="rk4-classic", solver_steps=1,
+                 dropout=0.0)
+    train = dict(train_steps=2, lr=4e-3, batch=2, seq=16)
+    corpus = {"90/10": load_corpus(tiny_path, split="90/10")}
+    out, job = {}, ex._train_job
+    for order in ("pool", "reversed"):
+        if order == "reversed":   # the costliest job, KERPLE's, last
+            monkeypatch.setattr(pool, "STEP_WEIGHT", {"absolute": 2, "kerple-prior": 1})
+            monkeypatch.setattr(pool, "BASELINE_STEP_WEIGHT", 1000)
+        jobs = []
+        monkeypatch.setattr(ex, "_train_job",
+                            lambda spec, steps=None, jobs=jobs: jobs.append(dict(spec)) or job(spec, steps))
+        runs = ex.train_rows(labels, [0], sizes, train, root=tmp_path / order, device="cpu",
+                             lengths=[16], eval_windows=2, curve_length=32, jobs=1, echo=None)
+        out[order] = dict(
+            order=[(s["model"].get("kernel"), tuple(s["train"]["models"])) for s in jobs],
+            specs=sorted(json.dumps({k: v for k, v in s.items() if k not in ("root", "index")},
+                                    sort_keys=True) for s in jobs),
+            names=sorted(r.path.name for r in runs.values()),
+            losses={label: [m["loss"] if "cat" in r.train_config.models else m["base_loss"]
+                            for m in r.metrics() if m["kind"] == "train"]
+                    for (label, _), r in runs.items()},
+            scores=ex.table_scores(runs, labels, [0], corpus, 32, 2))
+    a, b = out["pool"], out["reversed"]
+    assert a["order"][0] == ("kerple-prior", ("cat",)) and b["order"][-1] == a["order"][0], \
+        (a["order"], b["order"])
+    assert a["specs"] == b["specs"] and a["names"] == b["names"] and a["losses"] == b["losses"]
+    for part in range(3):
+        for label in labels:
+            assert np.array_equal(a["scores"][part][label], b["scores"][part][label]), (part, label)
 
 
 def test_the_optimiser_is_the_published_adamw():
