@@ -245,6 +245,16 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
     return out
 
 
+def runs_summary(runs: dict) -> str:
+    """One line about the runs of :func:`train_grid` (``{(label, seed): Run}``) for a
+    chapter's page: rows, row-seed pairs, runs, and how many of them this call trained
+    and reused (the line per run goes to the build log: :func:`catlib.page.build_log`)."""
+    unique = list({id(run): run for run in runs.values()}.values())
+    trained = sum(not run.reused for run in unique)
+    return (f"{len({label for label, _ in runs})} rows, {len(runs)} row-seed pairs, "
+            f"{len(unique)} runs: {trained} trained here, {len(unique) - trained} reused")
+
+
 def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
                root, device, lengths, eval_windows: int, curve_length: int | None = None,
                curve_windows: int | None = None, dropout_on: list | None = None,

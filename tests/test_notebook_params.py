@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from catlib import experiment as ex
 from catlib import page
 from catlib.book.parameters import notebook_parameters
 from catlib.book.profiles import PROFILES
@@ -150,6 +151,27 @@ def test_valid_odd_parameters_pass_and_even_heads_is_asked_for():
 def test_notebook_runs_to_its_end_with_other_parameters(name, changes, book_root):
     _execute(name, changes, book_root)
     assert (book_root / "notebooks" / f"{name}.ipynb").is_file()
+    if name in ex.CHAPTER_ROWS:
+        check_runs_cell(book_root / "notebooks" / f"{name}.ipynb")
+
+
+SUMMARY = re.compile(r"^\d+ rows, \d+ row-seed pairs, \d+ runs: \d+ trained here, \d+ reused")
+
+
+def check_runs_cell(path: Path) -> None:
+    """The cell of an executed chapter that trains or reuses its runs prints one summary
+    line on the page (05 adds its runs' published progress lines), never the run log: one
+    line per run, which goes to the build log (:func:`catlib.page.build_log`)."""
+    cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+             if c["cell_type"] == "code" and re.search(r"\bex\.train_(rows|grid)\(", "".join(c["source"]))]
+    assert len(cells) == 1, f"{path.name}: {len(cells)} runs cells"
+    text = "".join("".join(o.get("text", "")) for o in cells[0]["outputs"]
+                   if o.get("output_type") == "stream")
+    lines = text.splitlines()
+    assert lines and SUMMARY.match(lines[0]), f"{path.name}: the runs cell printed {lines[:5]}"
+    if path.stem != "05_training":
+        assert len(lines) == 1, f"{path.name}: the runs cell printed {len(lines)} lines: {lines[:5]}"
+    assert not [line for line in lines if " run " in line], f"{path.name}: {lines[:5]}"
 
 
 @pytest.mark.parametrize("name", sorted(INVALID))
