@@ -33,7 +33,7 @@ def _experiment(steps: int):
 
 def _grid():
     try:                                   # the layout after the house's third pass
-        from catlib.experiment.grid.grid import train_grid
+        from catlib.experiment.grid import train_grid
     except ImportError:                    # before it
         from catlib.experiment.grid import train_grid
     return train_grid

@@ -330,3 +330,31 @@ def test_headline_table_is_labelled_and_copied_into_the_readme(tmp_path):
     assert "old" not in readme and "| 1 |" in readme and readme.endswith("<!-- headline:end -->\nrest\n")
     book.publish_headline(tmp_path, "cpu", records)            # idempotent: one copy only
     assert (tmp_path / "README.md").read_text().count("| 1 |") == 1
+
+
+def test_run_lines_go_to_the_build_log_not_the_page(tmp_path):
+    # Catches chapters that print their run logs ("... reused run causal-...", one line per
+    # run) in the rendered page: page.build_log sends a line to the runner's log instead.
+    (tmp_path / "_config.yml").write_text("title: test\n")
+    (tmp_path / "notebooks").mkdir()
+    _notebook(tmp_path / "notebooks" / "c_runs.ipynb", "from catlib import page\n"
+              "for i in range(3):\n    page.build_log(f'row {i} (seed 0): reused run r{i}')\n"
+              "print('3 rows, 3 runs: 0 trained, 3 reused')")
+    from catlib.book.execution import execute
+    logged = []
+    execute("c_runs", {"device": "cpu"}, tmp_path / "notebooks", tmp_path / "out",
+            log=lambda line, **kw: logged.append(line))
+    nb = nbformat.read(str(tmp_path / "out" / "c_runs.ipynb"), as_version=4)
+    outputs = [o for o in nb.cells[-1].outputs if o.get("output_type") == "stream"]
+    assert "".join(o["text"] for o in outputs) == "3 rows, 3 runs: 0 trained, 3 reused\n", outputs
+    assert [line for line in logged if "reused run" in line] == \
+        [f"[book]   row {i} (seed 0): reused run r{i}" for i in range(3)], logged
+
+
+def test_runs_summary_counts_rows_and_runs():
+    from types import SimpleNamespace
+
+    from catlib import experiment as ex
+    a, b = SimpleNamespace(reused=True), SimpleNamespace(reused=False)
+    runs = {("x", 0): a, ("x", 1): b, ("y", 0): a}     # y shares x's seed-0 run
+    assert ex.runs_summary(runs) == "2 rows, 3 row-seed pairs, 2 runs: 1 trained here, 1 reused"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from catlib.cli.commands import main
+from catlib.cli.main.commands import main
 from catlib.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,3 +88,18 @@ def test_two_ranks_match_one_process_kill_and_resume(tmp_path, capsys):
     for (cat1, base1), (cat2, base2) in zip(a, b):
         assert cat2 == pytest.approx(cat1, rel=ulps), (a, b)
         assert base2 == pytest.approx(base1, rel=ulps), (a, b)
+
+
+def test_the_guarantee_names_the_solvers_it_holds_for():
+    # Catches "the per-step losses do not depend on N" stated for every solver: it holds for
+    # the fixed-step solvers (the test above: RK4 x1, dropout in the forward pass), not for
+    # dopri5, whose steps follow each process's slice and whose adjoint backward solve draws
+    # dropout masks outside the consistent mode (the published CAT).
+    from catlib.training import distributed
+    page = (ROOT / "book" / "library.md").read_text()
+    section = page.split("## Several processes or GPUs with `torchrun`")[1].split("\n## ")[0]
+    for where, text in (("catlib.training.distributed", distributed.__doc__), ("Using catlib", section)):
+        flat = " ".join(text.split())
+        for word in ("fixed-step", "dopri5", "adjoint", "dropout"):
+            assert word in flat, f"{where} states the guarantee without naming {word!r}: {flat}"
+    assert "--solver" in TINY and TINY[TINY.index("--solver") + 1] == "rk4-classic"

@@ -111,3 +111,42 @@ def test_single_token_published_reference_fails_with_index_error():
     model = ref.CAT(11, 16, 2, 4, solver="rk4-classic").eval()
     with pytest.raises(IndexError):
         model(torch.tensor([[3]]))
+
+
+def _float_fields(cls) -> list[str]:
+    import dataclasses
+    return [f.name for f in dataclasses.fields(cls) if "float" in str(f.type)]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("field", _float_fields(CATConfig))
+def test_a_non_finite_model_setting_is_refused(field, value):
+    # Catches NaN and inf passing comparisons such as `sob_lambda < 0` (False for NaN) and
+    # `not value > 0` (inf is > 0): kernel_scale=inf gave NaN logits, sob_lambda=nan a
+    # loss that failed at step 0.
+    assert {"sob_lambda", "rtol", "atol", "dropout", "kernel_scale", "kernel_horizon"} <= set(
+        _float_fields(CATConfig))
+    with pytest.raises(ValueError, match=rf"^{field} must be a finite number, got {value!r}"):
+        CATConfig(**{**SMALL, "variant": "causal", "kernel": "alibi-prior", "train_length": 16,
+                     field: value})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+@pytest.mark.parametrize("field", _float_fields(catlib.TrainConfig))
+def test_a_non_finite_training_setting_is_refused(field, value):
+    assert {"lr", "budget", "repeat_share"} <= set(_float_fields(catlib.TrainConfig))
+    with pytest.raises(ValueError, match=rf"^{field} must be a finite number, got {value!r}"):
+        catlib.TrainConfig(**{field: value}).validate()
+
+
+def test_train_refuses_a_nan_setting_before_writing(tmp_path, capsys, tiny_path):
+    # Catches `train --sob_lambda nan` creating its run directory, then stopping at step 0.
+    from catlib.cli.main.main import main
+    code = main(["train", "--variant", "causal", "--d_model", "16", "--n_heads", "2", "--n_freq", "4",
+                 "--train_steps", "1", "--batch", "2", "--seq", "16", "--sob_lambda", "nan",
+                 "--run-dir", str(tmp_path / "runs"), "--data", str(tiny_path), "--device", "cpu",
+                 "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--sob_lambda must be a finite number, got nan" in err[0], err
+    assert not (tmp_path / "runs").exists()
+

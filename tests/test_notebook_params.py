@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from catlib.book import page, parameter_rules
+from catlib.experiment.grid import grid as ex
 from catlib.book.parameters import notebook_parameters
 from catlib.book.profiles import PROFILES
 
@@ -150,6 +151,27 @@ def test_valid_odd_parameters_pass_and_even_heads_is_asked_for():
 def test_notebook_runs_to_its_end_with_other_parameters(name, changes, book_root):
     _execute(name, changes, book_root)
     assert (book_root / "notebooks" / f"{name}.ipynb").is_file()
+    if name in ex.CHAPTER_ROWS:
+        check_runs_cell(book_root / "notebooks" / f"{name}.ipynb")
+
+
+SUMMARY = re.compile(r"^\d+ rows, \d+ row-seed pairs, \d+ runs: \d+ trained here, \d+ reused")
+
+
+def check_runs_cell(path: Path) -> None:
+    """The cell of an executed chapter that trains or reuses its runs prints one summary
+    line on the page (05 adds its runs' published progress lines), never the run log: one
+    line per run, which goes to the build log (:func:`catlib.book.page.build_log`)."""
+    cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+             if c["cell_type"] == "code" and re.search(r"\bex\.train_(rows|grid)\(", "".join(c["source"]))]
+    assert len(cells) == 1, f"{path.name}: {len(cells)} runs cells"
+    text = "".join("".join(o.get("text", "")) for o in cells[0]["outputs"]
+                   if o.get("output_type") == "stream")
+    lines = text.splitlines()
+    assert lines and SUMMARY.match(lines[0]), f"{path.name}: the runs cell printed {lines[:5]}"
+    if path.stem != "05_training":
+        assert len(lines) == 1, f"{path.name}: the runs cell printed {len(lines)} lines: {lines[:5]}"
+    assert not [line for line in lines if " run " in line], f"{path.name}: {lines[:5]}"
 
 
 @pytest.mark.parametrize("name", sorted(INVALID))
@@ -198,3 +220,26 @@ def test_smoke_references_state_the_books_findings(path):
     wrong = [f"{first} {claim}" for first, claim, value in claims
              if not value and (path.stem, first, claim) not in EXPECTED_FALSE]
     assert not wrong, f"{path.name} (smoke profile) states as False: {wrong}"
+
+
+def test_a_study_share_that_rounds_to_no_window_is_stopped_naming_study_share():
+    # Catches the check calling the sampler's rule without the batch: 0.02 of a batch of 20
+    # passed here and failed later inside the pool, naming repeat_share.
+    with pytest.raises(page.ParameterError) as err:
+        page.check_parameters(dict(study_share=0.02, batch=20, seq=128, study_periods=[8, 112]))
+    message = str(err.value)
+    assert "study_share = 0.02" in message and "-p study_share 0.05" in message, message
+    assert "repeat_share" not in message and "\n" not in message
+
+
+def test_a_study_share_of_one_passes_as_the_sampler_accepts_it():
+    # Catches a bound stricter than the sampler's: every window repeated is a valid batch.
+    page.check_parameters(dict(study_share=1.0, batch=20, seq=128, study_periods=[8, 112]))
+    from catlib.data import check_repeats
+    check_repeats(1.0, (8, 112), 128, 20)
+
+
+@pytest.mark.parametrize("values", [dict(lr=math.inf), dict(noise=math.inf), dict(penalty_weights=[math.inf])])
+def test_an_infinite_parameter_is_stopped(values):
+    with pytest.raises(page.ParameterError, match="is invalid"):
+        page.check_parameters(values)

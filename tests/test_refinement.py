@@ -67,11 +67,12 @@ def test_a_baseline_is_refused():
 
 
 def test_depth_table_lists_every_seed_and_refuses_mixed_solvers():
-    a = {"trained_solver": "rk4-classic x1", "ce_by_solver": {"rk4-classic x1": 2.0, "rk4-classic x4": 2.1},
-         "drift": 0.1}
+    a = {"trained_solver": "rk4-classic x1", "reference": "rk4-classic x4",
+         "ce_by_solver": {"rk4-classic x1": 2.0, "rk4-classic x4": 2.1}, "drift": 0.1}
     b = dict(a, ce_by_solver={"rk4-classic x1": 2.2, "rk4-classic x4": 2.2}, drift=0.0)
     table = depth_table({"row": [a, b]})
-    assert table == {"row": {"trained_solver": "rk4-classic x1", "drift": [0.1, 0.0],
+    assert table == {"row": {"trained_solver": "rk4-classic x1", "reference": "rk4-classic x4",
+                             "drift": [0.1, 0.0],
                              "ce_by_solver": {"rk4-classic x1": [2.0, 2.2], "rk4-classic x4": [2.1, 2.2]}}}
     with pytest.raises(ValueError, match="different solvers"):
         depth_table({"row": [a, dict(b, trained_solver="rk4-classic x2")]})
@@ -91,3 +92,31 @@ def test_a_model_trained_with_one_step_reports_a_drift(corpus):
     r = refinement(trainer.cat, corpus.val, 32, 8)
     assert r["trained_solver"] == "euler x1"
     assert abs(r["drift"]) > 1e-3, r
+
+
+def test_the_reference_is_finer_than_rk4_x4():
+    # Catches a reference equal to the trained solver: a CAT trained with RK4 x4 (the paper
+    # profile's solver) was compared with RK4 x4 itself, a drift of exactly 0.0 whatever
+    # the weights. With its feed-forward scaled x50 the depth is stiff: a finer solver moves it.
+    model, val = _cat(scale=50.0, steps=4), _val()
+    r = refinement(model, val, 32, 4)
+    assert r["trained_solver"] == "rk4-classic x4"
+    assert abs(r["drift"]) > 1e-6, r
+    assert r["reference"] == "rk4-classic x8"
+    assert r["drift"] == r["ce_by_solver"]["rk4-classic x8"] - r["ce_by_solver"]["rk4-classic x4"]
+
+
+@pytest.mark.parametrize("solver, steps, reference", [
+    ("rk4-classic", 1, "rk4-classic x4"), ("rk4-classic", 2, "rk4-classic x4"),
+    ("rk4-classic", 4, "rk4-classic x8"), ("rk4-classic", 8, "rk4-classic x16"),
+    ("euler", 16, "rk4-classic x32")])
+def test_the_ladder_starts_above_every_trained_solver(solver, steps, reference):
+    from catlib.measure.refinement import finer_solvers
+    ladder = finer_solvers(solver, steps)
+    assert solver_label(*ladder[-1]) == reference
+    assert ladder[-1][1] > steps
+
+
+def test_an_adaptive_solver_is_refused():
+    with pytest.raises(ValueError, match="fixed-step"):
+        refinement(_cat(scale=1.0, solver="dopri5"), _val(), 32, 2)

@@ -10,15 +10,15 @@ from .page import pm_cells
 
 def depth_table(results: dict) -> dict:
     """The artefact ``results/depth_<profile>.json`` from ``{row: [refinement result per
-    seed]}``: ``{row: {"trained_solver": label, "ce_by_solver": {label: [CE per seed]},
-    "drift": [CE(reference) - CE(trained) per seed]}}``."""
+    seed]}``: ``{row: {"trained_solver": label, "reference": label, "ce_by_solver": {label:
+    [CE per seed]}, "drift": [CE(reference) - CE(trained) per seed]}}``."""
     out = {}
     for row, per_seed in results.items():
         trained = {r["trained_solver"] for r in per_seed}
         if len(trained) != 1:
             raise ValueError(f"{row}: its seeds were trained with different solvers {sorted(trained)}")
         labels = list(per_seed[0]["ce_by_solver"])
-        out[row] = {"trained_solver": trained.pop(),
+        out[row] = {"trained_solver": trained.pop(), "reference": per_seed[0]["reference"],
                     "ce_by_solver": {lab: [r["ce_by_solver"][lab] for r in per_seed] for lab in labels},
                     "drift": [r["drift"] for r in per_seed]}
     return out

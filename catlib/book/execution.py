@@ -4,11 +4,16 @@ The execution is written to a private temporary folder and lands as ``NAME.ipynb
 on success. On an error the runner names the notebook, the cell and the cause, keeps the
 notebooks executed before it (and the last good copy of the failing one), saves the
 failed execution as ``NAME.failed.ipynb`` and exits non-zero.
+
+What a notebook writes for the build log (:func:`catlib.book.page.build_log`: one line per run
+trained or reused, the pool's progress) goes to the runner's log, not to the page.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -16,14 +21,20 @@ from .errors import NotebookFailed
 from .processes import _stop_kernel_on_ctrl_c
 from .rewrite import show_parameters_once
 
+# The file a notebook's kernel (which inherits the environment) appends its build-log
+# lines to (catlib.book.page.build_log); the runner relays them to its log.
+BUILD_LOG_ENV = "CATLIB_BUILD_LOG"
+
 
 def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
-            timeout: float | None = None) -> float:
+            timeout: float | None = None, log=None) -> float:
     """Run one notebook with papermill; return its wall time in seconds.
 
     The execution is written to a private temporary folder and moved to
     ``NAME.ipynb`` only on success: a failure, Ctrl-C or kill -9 never leaves a
-    half-written notebook in ``output_dir`` nor replaces a good executed copy.
+    half-written notebook in ``output_dir`` nor replaces a good executed copy. The
+    notebook's build-log lines go to ``log`` (``log(line, flush=True)``) as they come;
+    without ``log`` they are dropped. Neither shows on the page.
     """
     import tempfile
 
@@ -36,7 +47,8 @@ def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
         partial = Path(staging) / f"{name}.ipynb"
         interrupted: list[bool] = []
         try:
-            with _stop_kernel_on_ctrl_c(interrupted):
+            with _stop_kernel_on_ctrl_c(interrupted), \
+                    _relayed_build_log(Path(staging) / "build.log", log):
                 pm.execute_notebook(str(source), str(partial), parameters=parameters,
                                     kernel_name="python3", cwd=str(output_dir), progress_bar=False,
                                     request_save_on_cell_execute=False, execution_timeout=timeout,
@@ -53,6 +65,44 @@ def execute(name: str, parameters: dict, source_dir: Path, output_dir: Path,
         os.replace(landing, output_dir / f"{name}.ipynb")
     failed.unlink(missing_ok=True)
     return time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def _relayed_build_log(path: Path, log):
+    """While the block runs, :data:`BUILD_LOG_ENV` names ``path`` (for the kernel it starts)
+    and a thread passes each line appended to it on to ``log``, indented under the
+    runner's lines, until the block has ended and every line is passed on."""
+    path.touch()
+    previous = os.environ.get(BUILD_LOG_ENV)
+    os.environ[BUILD_LOG_ENV] = str(path)
+    done = threading.Event()
+
+    def relay():
+        pending = ""
+        with open(path, encoding="utf-8") as lines:
+            while True:
+                pending += lines.readline()
+                if pending.endswith("\n"):
+                    log(f"[book]   {pending.rstrip()}", flush=True)
+                    pending = ""
+                elif done.is_set():
+                    return
+                else:
+                    time.sleep(0.2)
+
+    thread = threading.Thread(target=relay, daemon=True) if log else None
+    if thread:
+        thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        if thread:
+            thread.join()
+        if previous is None:
+            os.environ.pop(BUILD_LOG_ENV, None)
+        else:
+            os.environ[BUILD_LOG_ENV] = previous
 
 
 def kernel_config():

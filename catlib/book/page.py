@@ -23,6 +23,7 @@ synchronised), :func:`smooth` (a trailing moving average of a training curve) an
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from importlib.resources import as_file, files
@@ -52,6 +53,22 @@ class Page:
 
     def __iter__(self) -> Iterator:
         return iter((self.root, self.device))
+
+
+def build_log(line: str) -> None:
+    """``line`` for the book's build log, not the page (a run trained or reused, the pool's
+    progress): appended to the file that the book's runner names in its kernel's
+    environment (:data:`catlib.book.execution.BUILD_LOG_ENV`), which relays it to its log;
+    in a notebook run otherwise, printed. A chapter prints one summary line instead
+    (:func:`catlib.experiment.runs_summary`)."""
+    from .execution import BUILD_LOG_ENV
+
+    path = os.environ.get(BUILD_LOG_ENV)
+    if not path:
+        print(line, flush=True)
+        return
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(" ".join(line.splitlines()) + "\n")
 
 
 def use_style() -> None:

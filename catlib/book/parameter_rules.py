@@ -5,8 +5,8 @@ the parameter and the fix; :data:`PARAMETERS` says what each parameter of the bo
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -30,13 +30,15 @@ class ParameterError(ValueError):
 class Rule:
     """What one parameter accepts: ``kind`` (``int``, ``float``, ``str``, ``bool``, or a
     list of ``int``/``float`` as ``"ints"``/``"floats"``), the smallest value ``low``
-    (``None``: any), whether ``low`` itself is allowed, the allowed strings ``choices``
-    and an ``example`` value for the message."""
+    (``None``: any), whether ``low`` itself is allowed, the largest ``high`` and whether it
+    is allowed, the allowed strings ``choices`` and an ``example`` value for the message.
+    A number is finite."""
 
     kind: str
     low: float | None = None
     low_ok: bool = True
-    high: float | None = None          # exclusive upper bound (dropout < 1)
+    high: float | None = None          # upper bound, exclusive unless high_ok (dropout < 1)
+    high_ok: bool = False
     choices: tuple[str, ...] = ()
     example: object = None
 
@@ -52,7 +54,7 @@ class Rule:
             if self.kind in ("ints", "floats"):
                 what += " each"
         if self.high is not None:
-            what += f" and < {self.high:g}"
+            what += f" and {'<=' if self.high_ok else '<'} {self.high:g}"
         return what
 
 
@@ -94,7 +96,7 @@ PARAMETERS: dict[str, Rule] = {
     "q_max": Rule("int", 2, example=512),
     "val_every": Rule("int", 0, example=50),
     "split_val_every": Rule("int", 1, example=10),   # the split study draws validation curves
-    "study_share": Rule("float", 0, high=1, example=0.5),
+    "study_share": Rule("float", 0, high=1, high_ok=True, example=0.5),  # the sampler's range
     "study_periods": _sizes([8, 112]),
     "copy_distances": Rule("ints", 2, example=[32, 100, 400]),
     **{name: _positive(example) for name, example in (
@@ -124,10 +126,10 @@ def _fails(rule: Rule, value) -> bool:
     def number_ok(x, integer: bool) -> bool:
         if isinstance(x, bool) or not isinstance(x, int if integer else (int, float)):
             return False                                  # True is not 1, 8.0 is not 8
-        if x != x:                                        # NaN
+        if not math.isfinite(x):                          # NaN, inf
             return False
         above = rule.low is None or (x >= rule.low if rule.low_ok else x > rule.low)
-        return above and (rule.high is None or x < rule.high)
+        return above and (rule.high is None or (x <= rule.high if rule.high_ok else x < rule.high))
 
     if rule.kind in ("int", "float"):
         return not number_ok(value, rule.kind == "int")
@@ -156,18 +158,26 @@ def _check_device(name: str) -> None:
                              "device; run with -p device cpu (or auto)") from None
 
 
-def _check_periods(periods, seq) -> None:
-    """``study_periods`` is [lo, hi], lo <= hi <= seq: the sampler's rule for a passage's
-    period within the training length (:func:`catlib.data.check_repeats`), named as the
-    notebook parameter."""
+def _check_study(values: dict) -> None:
+    """The study's batches by the sampler's rule (:func:`catlib.data.check_repeats`, with
+    the batch), named as the notebook parameters: ``study_periods`` is [lo, hi], lo <= hi <=
+    seq, and ``study_share`` of ``batch`` rounds to at least one repeated window."""
     from ..data import check_repeats
 
+    periods, seq, batch = values["study_periods"], values.get("seq"), values.get("batch")
+    share = values.get("study_share", 1.0)
     try:
         check_repeats(1.0, tuple(periods), seq if seq is not None else max(periods))
     except ValueError:
         raise ParameterError(f"parameter study_periods = {periods!r} is invalid: it must be "
                              f"[lo, hi] with lo <= hi <= seq ({seq}); run with e.g. "
                              f"-p study_periods '[8, {seq or 112}]'") from None
+    try:
+        check_repeats(share, tuple(periods), seq if seq is not None else max(periods), batch)
+    except ValueError:
+        raise ParameterError(f"parameter study_share = {share!r} is invalid: of a batch of "
+                             f"{batch} it rounds to no repeated window; run with e.g. "
+                             f"-p study_share {1 / batch:.3g}") from None
 
 
 def check_parameters(values: dict, even_heads: bool = False) -> None:
@@ -178,7 +188,8 @@ def check_parameters(values: dict, even_heads: bool = False) -> None:
     Checks each name of :data:`PARAMETERS` present in ``values``: its type, its range or
     choices; that ``device`` names a device of this machine; that ``n_heads`` divides
     ``d_model`` (and ``split_n_heads`` ``split_d_model``); that ``split_val_every`` is at
-    most ``split_steps``; that ``study_periods`` is [lo, hi] within ``seq``; with
+    most ``split_steps``; that ``study_periods`` is [lo, hi] within ``seq`` and that
+    ``study_share`` of ``batch`` rounds to at least one repeated window; with
     ``even_heads`` (a page that trains the RoPE baseline) that
     ``d_model / n_heads`` is even.
     """
@@ -193,7 +204,7 @@ def check_parameters(values: dict, even_heads: bool = False) -> None:
             raise ParameterError(f"parameter {small} = {values[small]} is larger than {large} = "
                                  f"{values[large]}; run with e.g. -p {small} {values[large]}")
     if "study_periods" in values:
-        _check_periods(values["study_periods"], values.get("seq"))
+        _check_study(values)
     for width, heads in HEAD_PAIRS:
         if width in values and heads in values:
             d, h = values[width], values[heads]

@@ -107,7 +107,7 @@ def _execute_one(name: str, params: dict, source_dir: Path, output_dir: Path, ro
     profile, dev = params["profile"], params["device"]
     log(f"[book] {name}: profile {profile}, device {dev} ...", flush=True)
     try:
-        seconds = execute(name, params, source_dir, output_dir)
+        seconds = execute(name, params, source_dir, output_dir, log=log)
     except NotebookFailed:
         if report:
             _update_report(root, [Record(name, profile, dev, float("nan"), "failed", _now())])

@@ -10,7 +10,7 @@ space); 130: interrupted (Ctrl-C).
 The flags of ``train`` are generated from every field of
 :class:`~catlib.nn.config.CATConfig`, :class:`~catlib.training.loop.TrainConfig` and
 :class:`~catlib.measure.config.EvalConfig` (``eval`` takes EvalConfig's), in
-:mod:`catlib.cli.flags`: a flag is ``--<field>``, its default the field's default;
+:mod:`catlib.cli.main.flags`: a flag is ``--<field>``, its default the field's default;
 ``LEFT_OUT`` there names the fields without a flag and why.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..measure.evaluate import check_settings, format_table
 from ..common.devices import DEVICES, DeviceError, resolve_device
 from ..runs import (RunError, RunInterrupted, StorageError, TrainingFailed, evaluate_run,
                    open_run, train_run)
-from .sample import MODEL_NAMES, PROMPT_CHARS, sample_run
+from .sample import MODEL_NAMES, PROMPT_CHARS, check_sampling, sample_run
 
 CPU_HINT = """\
 cost: with no flags this is the published run: dopri5 at rtol 1e-7 / atol 1e-9 with dropout
@@ -216,8 +216,10 @@ def cmd_eval(args) -> int:
 
 
 def cmd_sample(args) -> int:
-    if args.temperature < 0:
-        raise RunError(f"--temperature must be >= 0, got {args.temperature}")
+    try:
+        check_sampling(args.temperature, args.seed)
+    except ValueError as err:   # "temperature must ..." -> "--temperature must ..."
+        raise RunError(f"--{err}") from None
     print(sample_run(args.run_dir, args.chars, args.prompt, args.model, args.temperature,
                      args.seed, resolve_device(args.device), data=args.data))
     return 0

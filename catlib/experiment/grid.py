@@ -29,7 +29,7 @@ from ..measure.extrapolation import position_ce
 from .pool import default_jobs, run_jobs, worker_devices  # noqa: F401 (default_jobs: its earlier home)
 from .progress import reporter
 from ..common.provenance import code_fingerprint
-from ..measure.refinement import FINER, refinement
+from ..measure.refinement import FINER, finer_solvers, refinement
 from ..runs import Run, atomic_write_text, check_split, stored_with_run, train_run, weights_digest
 from ..training.loop import TrainConfig
 
@@ -246,6 +246,16 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
     return out
 
 
+def runs_summary(runs: dict) -> str:
+    """One line about the runs of :func:`train_grid` (``{(label, seed): Run}``) for a
+    chapter's page: rows, row-seed pairs, runs, and how many of them this call trained
+    and reused (the line per run goes to the build log: :func:`catlib.book.page.build_log`)."""
+    unique = list({id(run): run for run in runs.values()}.values())
+    trained = sum(not run.reused for run in unique)
+    return (f"{len({label for label, _ in runs})} rows, {len(runs)} row-seed pairs, "
+            f"{len(unique)} runs: {trained} trained here, {len(unique) - trained} reused")
+
+
 def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
                root, device, lengths, eval_windows: int, curve_length: int | None = None,
                curve_windows: int | None = None, dropout_on: list | None = None,
@@ -385,7 +395,7 @@ def run_refinement(run, corpus, length: int, eval_windows: int, finer=FINER, dev
     cat = models.get("cat")
     if cat is None:
         raise ValueError(f"{run.path.name} did not train a CAT; the refinement test needs one")
-    finer = [tuple(f) for f in finer]
+    finer = finer_solvers(cat.config.solver, cat.config.solver_steps, [tuple(f) for f in finer])
     ident = {"weights": weights_digest({"cat": cat}),
              "code": code_fingerprint() + code_fingerprint(("measure.refinement",)),
              "length": length, "windows": eval_windows, "finer": [list(f) for f in finer]}

@@ -8,6 +8,7 @@ A correction left at ``None`` follows the variant.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 BASES = ("fourier", "cheb")
@@ -106,6 +107,7 @@ class CATConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field and what it accepts."""
+        check_finite(self)
         _choice("basis", self.basis, BASES)
         _choice("variant", self.variant, VARIANTS)
         if self.solver is not None:
@@ -127,8 +129,9 @@ class CATConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if self.sob_lambda < 0:
             raise ValueError(f"sob_lambda must be >= 0, got {self.sob_lambda!r}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be None or >= 1, got {self.max_steps!r}")
+        if self.max_steps is not None and (isinstance(self.max_steps, bool) or not isinstance(
+                self.max_steps, int) or self.max_steps < 1):
+            raise ValueError(f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
         self._validate_baseline_positions()
         self._validate_kernel()
         loops = self.baseline_loops
@@ -232,13 +235,17 @@ class CATConfig:
         return dataclasses.replace(self, **filled)
 
     def to_dict(self) -> dict:
-        """The fields as JSON values (``train_solver_steps`` a list); ``train_solver_steps``
-        is left out when None, so that the configs (and run hashes) of earlier runs stay
-        as they were."""
+        """The fields as JSON values (``train_solver_steps`` a list). ``train_solver_steps``
+        (None), ``far_heads`` (0) and ``attention_residual`` (False) are left out at their
+        defaults, so that a config that does not use them writes the dict it wrote before
+        they existed; ``baseline_loop_scale`` is always written, so its arrival changed the
+        dict of every config (``CATConfig(variant="causal")`` included). A run's config hash
+        also holds the code fingerprint, which changed with each of these fields anyway:
+        no run of earlier code is reused either way."""
         data = dataclasses.asdict(self)
-        for name in ("far_heads", "attention_residual"):   # at their defaults: left out, as
-            if not data[name]:                             # train_solver_steps, so that earlier
-                del data[name]                             # runs' hashes stay as they were
+        for name in ("far_heads", "attention_residual"):   # at their defaults: left out
+            if not data[name]:
+                del data[name]
         if data["train_solver_steps"] is None:
             del data["train_solver_steps"]
         else:
@@ -254,6 +261,17 @@ class CATConfig:
         if unknown:
             raise ValueError(f"unknown CATConfig field(s) {unknown}; known fields: {sorted(known)}")
         return cls(**data)
+
+
+def check_finite(config) -> None:
+    """Raise ``ValueError`` naming the first float field of the dataclass ``config`` that
+    holds a NaN or an infinity, which pass comparisons such as ``x < 0`` (False for NaN)
+    and ``x > 0`` (True for inf); a valid config is left as it is."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if "float" in str(f.type) and isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{f.name} must be a finite number, got {value!r}; "
+                             f"e.g. its default {f.default!r}")
 
 
 def _choice(name: str, value, allowed) -> None:

@@ -36,7 +36,7 @@ from tqdm import tqdm  # text bar: tqdm.auto warns in kernels without ipywidgets
 
 from . import distributed
 from ..nn.baselines import Baseline
-from ..nn.config import CATConfig
+from ..nn.config import CATConfig, check_finite
 from ..data import SPLITS, BatchSampler, check_repeats
 from ..common.devices import mps_available
 from ..measure.evaluate import cross_entropy
@@ -93,6 +93,7 @@ class TrainConfig:
         ``n_train``: training tokens of the split (bounds ``seq``); ``causal=False``: CAT is
         the published non-causal operator, undefined at T = 1, so ``seq`` must be >= 2.
         """
+        check_finite(self)   # a NaN or inf float field
         for name in ("train_steps", "batch", "seq", "val_windows", "checkpoint_every", "log_every"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -127,10 +128,17 @@ class TrainConfig:
                              f"tokens, got {self.seq}")
 
     def identity(self) -> dict:
-        """The fields that determine the trained weights (used in the run's config hash)."""
+        """The fields that determine the trained weights (used in the run's config hash).
+
+        ``weight_decay_on`` enters only when named: None (by the variant) writes the
+        identity written before the option existed, though for a causal run None now
+        decays the matrices where it decayed every tensor then; that change is in the code
+        fingerprint (``optim``), which the config hash also holds. None and the variant's
+        value named give two identities for one training.
+        """
         ident = {k: getattr(self, k) for k in ("train_steps", "lr", "batch", "seq", "seed", "split")}
         ident["models"] = [m for m in MODELS if m in self.models]  # order does not matter
-        if self.weight_decay_on is not None:   # None (by variant) keeps earlier runs' identity
+        if self.weight_decay_on is not None:   # None (by variant): left out, see above
             ident["weight_decay_on"] = self.weight_decay_on
         if self.repeat_share:                   # plain text keeps earlier runs' identity
             ident["repeat"] = [self.repeat_share, list(self.repeat_periods)]
