@@ -63,7 +63,7 @@ def serve() -> None:
     import torch
     import torch._dynamo  # noqa: F401  (the first optimiser imports it: 2-3 s in every child)
     torch.set_num_threads(1)  # no OpenMP worker threads: forking is safe
-    from catlib.cli.main.commands import main
+    from catlib.cli.commands import main
     assert threading.active_count() == 1, "fork needs a single-threaded server"
     for line in sys.stdin:
         req = json.loads(line)

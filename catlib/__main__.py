@@ -1,4 +1,4 @@
-"""`python -m catlib`: see catlib.cli.main.commands."""
+"""`python -m catlib`: see catlib.cli.commands."""
 from .cli.commands import main
 
 raise SystemExit(main())

@@ -10,7 +10,7 @@ import torch
 import catlib
 from catlib import audit
 from catlib.audit import AuditError, audit_model, load_for_audit
-from catlib.cli.main.commands import add_audit_parser, main as cli_main
+from catlib.cli.commands import add_audit_parser, main as cli_main
 from catlib.nn.config import CORRECTIONS
 
 SMALL = dict(d_model=16, n_heads=2, n_freq=8)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from catlib.cli.main.commands import build_parser, main
+from catlib.cli.commands import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--d_model", "16", "--n_heads", "2", "--n_freq", "4", "--solver", "rk4-classic",
@@ -160,10 +160,10 @@ def test_generated_flags_have_the_config_defaults():
     import dataclasses
 
     from catlib import CATConfig
-    from catlib.cli.main.commands import FLAG_OF, TRAIN_FLAGS, configs_from_args
+    from catlib.cli.commands import FLAG_OF, TRAIN_FLAGS, configs_from_args
     from catlib.training.loop import TrainConfig
     args = build_parser().parse_args(["train"])
-    from catlib.cli.main.commands import LEFT_OUT
+    from catlib.cli.commands import LEFT_OUT
     from catlib.measure.config import EvalConfig
     exposed = {f.field: f for f in TRAIN_FLAGS}
     assert {f.config for f in TRAIN_FLAGS} == {CATConfig, TrainConfig, EvalConfig}
@@ -193,7 +193,7 @@ def test_every_field_has_a_flag_or_a_reason():
     import dataclasses
 
     from catlib import CATConfig
-    from catlib.cli.main.commands import LEFT_OUT, TRAIN_FLAGS
+    from catlib.cli.commands import LEFT_OUT, TRAIN_FLAGS
     from catlib.measure.config import EvalConfig
     from catlib.training.loop import TrainConfig
     fields = {f.name for c in (CATConfig, TrainConfig, EvalConfig) for f in dataclasses.fields(c)}
@@ -206,7 +206,7 @@ def test_every_field_has_a_flag_or_a_reason():
 
 
 def test_prior_kernel_train_length_follows_seq():
-    from catlib.cli.main.commands import configs_from_args
+    from catlib.cli.commands import configs_from_args
     args = build_parser().parse_args(["train", "--variant", "causal", "--kernel", "kerple-prior",
                                       "--seq", "48", "--models", "cat"])
     model, train, _ = configs_from_args(args)
@@ -232,7 +232,7 @@ def test_old_flag_spellings_are_aliases():
 
 
 def test_config_errors_name_the_flag():
-    from catlib.cli.main.commands import _flagify
+    from catlib.cli.commands import _flagify
     assert _flagify("val_every must be an integer >= 0, got -1") == \
         "--val_every must be an integer >= 0, got -1"
     assert _flagify("batch_tokens must be positive integers, got 0").startswith("--batch_tokens ")
@@ -264,11 +264,11 @@ def test_the_books_kernel_and_baseline_train_from_the_command_line(row, tiny_pat
 
 
 def test_every_train_flag_has_its_help_in_one_home():
-    """The help of every field of the three configs lives in catlib.cli.main.flags' tables,
+    """The help of every field of the three configs lives in catlib.cli.flags' tables,
     once, and nowhere else (no field carries help metadata)."""
     import dataclasses
 
-    from catlib.cli.main.main import flags
+    from catlib.cli.commands import flags
     from catlib.measure.config import EvalConfig
     from catlib.nn.config import CATConfig
     from catlib.training.loop import TrainConfig

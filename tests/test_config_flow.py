@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import catlib
-from catlib.experiment.grid import grid as ex
+from catlib.experiment import grid as ex
 from catlib.measure import evaluate
-from catlib.experiment.grid import pool
+from catlib.experiment import pool
 from catlib.measure.config import DEFAULTS, EvalConfig
 from catlib.experiment.config import ExperimentConfig
 from catlib.nn.config import CATConfig
@@ -201,7 +201,7 @@ def test_the_book_commands_train_the_books_runs():
     import shlex
 
     from catlib.book.profiles import experiment
-    from catlib.cli.main.main.main.commands import build_parser, configs_from_args
+    from catlib.cli.commands import build_parser, configs_from_args
     page = (PACKAGE.parent / "book" / "library.md").read_text()
     common = re.search(r'CPU="(.*?)"', page, re.S).group(1).replace("\\\n", " ")
     far = ("--kernel alibi-prior --far_heads 2 --attention_residual --blocks 2 --solver euler "

@@ -6,7 +6,7 @@ import pytest
 
 from catlib import book
 from catlib.book import context_use as cu
-from catlib.experiment.grid import grid as ex
+from catlib.experiment import grid as ex
 from catlib.experiment.config import ExperimentConfig, StudyConfig
 
 SHARED = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1,

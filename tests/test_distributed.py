@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from catlib.cli.main.commands import main
+from catlib.cli.commands import main
 from catlib.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -141,7 +141,7 @@ def test_a_non_finite_training_setting_is_refused(field, value):
 
 def test_train_refuses_a_nan_setting_before_writing(tmp_path, capsys, tiny_path):
     # Catches `train --sob_lambda nan` creating its run directory, then stopping at step 0.
-    from catlib.cli.main.main import main
+    from catlib.cli.commands import main
     code = main(["train", "--variant", "causal", "--d_model", "16", "--n_heads", "2", "--n_freq", "4",
                  "--train_steps", "1", "--batch", "2", "--seq", "16", "--sob_lambda", "nan",
                  "--run-dir", str(tmp_path / "runs"), "--data", str(tiny_path), "--device", "cpu",

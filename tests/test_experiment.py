@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from catlib import book
-from catlib.experiment.grid import grid as ex
-from catlib.experiment.grid import pool
+from catlib.experiment import grid as ex
+from catlib.experiment import pool
 from catlib.data import load_corpus
 from catlib.measure.evaluate import context_table, cross_entropy
 from catlib.experiment.artefacts import read_extrapolation_json, read_position_csv

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from catlib import runs
-from catlib.cli.main.commands import main
+from catlib.cli.commands import main
 from catlib.runs import RunError, load_checkpoint, open_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from catlib.book import page, parameter_rules
-from catlib.experiment.grid import grid as ex
+from catlib.experiment import grid as ex
 from catlib.book.parameters import notebook_parameters
 from catlib.book.profiles import PROFILES
 

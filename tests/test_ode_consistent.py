@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from catlib.experiment.grid import grid as ex
+from catlib.experiment import grid as ex
 
-from catlib.experiment.grid import pool
+from catlib.experiment import pool
 from catlib.measure.evaluate import cross_entropy
 from catlib.nn.config import CATConfig
 from catlib.nn.model import solved_with

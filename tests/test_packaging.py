@@ -129,11 +129,11 @@ def test_licence_and_citation():
 
 
 def test_script_entry_point_resolves():
-    assert PROJECT["scripts"]["catlib"] == "catlib.cli.main.commands:main"
-    import catlib.cli.main.commands
+    assert PROJECT["scripts"]["catlib"] == "catlib.cli:main"
+    import catlib.cli
     installed = metadata.entry_points(group="console_scripts", name="catlib")
     assert installed, "the installed catlib has no `catlib` script; reinstall: pip install -e ."
-    assert next(iter(installed)).load() is catlib.cli.main.commands.main
+    assert next(iter(installed)).load() is catlib.cli.main
     script = Path(sys.executable).parent / "catlib"
     if script.exists():
         r = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)

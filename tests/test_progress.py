@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from catlib.experiment.grid import grid as ex
+from catlib.experiment import grid as ex
 from catlib.experiment.progress import PoolProgress, reporter
 
 SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1,

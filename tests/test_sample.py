@@ -1,11 +1,11 @@
-"""Text samples of a run's models (catlib.cli.main.sample, `python -m catlib sample`)."""
+"""Text samples of a run's models (catlib.cli.sample, `python -m catlib sample`)."""
 import pytest
 import torch
 
-from catlib.cli.main.commands import main
+from catlib.cli.commands import main
 from catlib.nn.config import CATConfig
 from catlib.runs import RunError, train_run
-from catlib.cli.main.sample import generate, sample_run
+from catlib.cli.sample import generate, sample_run
 from catlib.training.loop import TrainConfig
 
 TINY = CATConfig(variant="causal", d_model=16, n_heads=2, n_freq=4, solver="rk4-classic",

@@ -15,7 +15,7 @@ says so. The package, one concept a module:
 - :mod:`.loading`: :func:`load_for_audit`, a published-script state_dict file or a catlib
   run directory.
 
-Command line (``catlib.cli.main.commands``)::
+Command line (``catlib.cli.commands``)::
 
     python -m catlib audit PATH [--basis fourier|cheb] [--json] [--device auto|cpu|cuda|mps]
 

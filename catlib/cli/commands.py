@@ -10,7 +10,7 @@ space); 130: interrupted (Ctrl-C).
 The flags of ``train`` are generated from every field of
 :class:`~catlib.nn.config.CATConfig`, :class:`~catlib.training.loop.TrainConfig` and
 :class:`~catlib.measure.config.EvalConfig` (``eval`` takes EvalConfig's), in
-:mod:`catlib.cli.main.flags`: a flag is ``--<field>``, its default the field's default;
+:mod:`catlib.cli.flags`: a flag is ``--<field>``, its default the field's default;
 ``LEFT_OUT`` there names the fields without a flag and why.
 """
 from __future__ import annotations

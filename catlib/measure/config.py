@@ -3,7 +3,7 @@
 The context-length evaluation (:mod:`catlib.measure.evaluate`), a run's evaluation
 (:mod:`catlib.runs.evaluation`), training a run and the command line take their
 defaults from this dataclass; the help of its ``train``/``eval`` flags is in
-:mod:`catlib.cli.main.flags`, beside every other flag's.
+:mod:`catlib.cli.flags`, beside every other flag's.
 """
 from __future__ import annotations
 
