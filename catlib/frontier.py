@@ -209,3 +209,38 @@ def _stored(run, name: str, ident: dict, compute):
     with run_lock(run.path):
         atomic_write_text(path, json.dumps({"ident": ident, "value": value}))
     return value
+
+
+def real_lengths(diff, lengths, rebuild: float | None = None) -> list:
+    """The lengths where a per-seed difference ``[seeds, lengths]`` is real, by chapter 8's
+    rule: its mean exceeds both its standard deviation over seeds and the rebuild spread."""
+    diff = np.asarray(diff, dtype=float)
+    sd = diff.std(0, ddof=1) if len(diff) > 1 else np.zeros(diff.shape[1])
+    ok = np.abs(diff.mean(0)) > np.maximum(sd, rebuild or 0.0)
+    return [L for L, r in zip(lengths, ok) if r]
+
+
+def who_wins(diff, lengths, rebuild: float | None, first: str, second: str) -> str:
+    """One sentence per length from ``diff`` = CE(first) − CE(second) per seed ``[seeds,
+    lengths]``: who is lower, by how much (mean over seeds), and whether it is real."""
+    diff = np.asarray(diff, dtype=float)
+    real = set(real_lengths(diff, lengths, rebuild))
+    parts = []
+    for i, L in enumerate(lengths):
+        d = float(diff[:, i].mean())
+        winner = second if d > 0 else first
+        parts.append(f"at {L}: {winner} by {abs(d):.3f}" + ("" if L in real else " (not real)"))
+    return "; ".join(parts)
+
+
+def frontier_lead(table: dict, row: str, other: str, length: str) -> float | None:
+    """CE of ``other`` minus CE of ``row`` at ``row``'s largest budget, ``other``'s CE
+    interpolated in log training FLOPs between its points (None outside its range): > 0
+    where ``row``'s frontier lies below ``other``'s there."""
+    a, b = table[row]["points"], table[other]["points"]
+    x = float(np.log(a[-1]["train_flops"]))
+    xs = np.log([p["train_flops"] for p in b])
+    if not xs[0] <= x <= xs[-1]:
+        return None
+    ys = [np.mean(p["ce"][length]) for p in b]
+    return float(np.interp(x, xs, ys) - np.mean(a[-1]["ce"][length]))
