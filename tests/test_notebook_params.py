@@ -51,6 +51,7 @@ VALID = {
                               lengths=[32, 40], study_share=0.25, study_periods=[3, 10],
                               study_solver="rk4-classic", copy_distances=[20, 5],
                               copy_passages=1)],
+    "10_equal_compute": [dict(seeds=[5], train_steps=16, n_heads=4, lengths=[32, 40])],
 }
 
 # One invalid parameter per notebook, and a word its one-line error must contain.
@@ -64,6 +65,7 @@ INVALID = {
     "07_audit": (dict(seq=2.5), "seq"),
     "08_beyond": (dict(solver="rk5"), "solver"),
     "09_using_context": (dict(study_periods=[8, 400]), "study_periods"),
+    "10_equal_compute": (dict(dial_windows=0), "dial_windows"),
 }
 
 

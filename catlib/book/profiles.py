@@ -63,6 +63,7 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  study_blocks=2, study_solver="euler", study_share=0.5,
                                  study_periods=[4, 28], copy_distances=[8, 16, 64],
                                  copy_passages=2),
+        "10_equal_compute": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], dial_windows=1),
     },
     "cpu": {
         "01_spectral_kernels": dict(n_freq=32, grid=128, n_heads=4),
@@ -85,6 +86,7 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  study_blocks=2, study_solver="euler", study_share=0.5,
                                  study_periods=[8, 112],
                                  copy_distances=[32, 100, 400, 1000, 2000], copy_passages=4),
+        "10_equal_compute": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], dial_windows=2),
     },
     "paper": {
         "01_spectral_kernels": dict(n_freq=48, grid=256, n_heads=8),
@@ -109,6 +111,7 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  study_periods=[8, 224],
                                  copy_distances=[32, 100, 400, 1000, 2000, 4000],
                                  copy_passages=16),
+        "10_equal_compute": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], dial_windows=8),
     },
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-TRAINING_STAGE = "training runs of 05, 06, 08 and 09"
+TRAINING_STAGE = "training runs of 05, 06, 08, 09 and 10"
 CONTEXT_CHAPTER = "09_using_context"   # its study's settings and its copy test
 
 

@@ -115,6 +115,9 @@ CATLIB_FIELDS = {
     "repeat_periods": "lo hi: the repeated passage's length r, drawn from [lo, hi], hi <= --seq",
     "deterministic": "deterministic kernels only (torch.use_deterministic_algorithms; "
                      "bitwise-repeatable runs on CUDA, at some speed)",
+    "checkpoints": "steps after which the run also keeps its models' weights "
+                   "(ladder-<step>-<model>.pt: the run stopped there, the learning rate being "
+                   "constant), e.g. 250 500",
     "weight_decay_on": "what AdamW's weight decay (0.01) acts on: all (every parameter, the "
                        "published optimiser) or matrices (weights of linear maps and embeddings "
                        "only) (default: follows --variant: published all, causal matrices)",

@@ -53,6 +53,14 @@ class Row:
     trains: tuple = ("cat", "base")
     published_dropout: bool = False
     study: bool = False
+    # Chapter 10 (equal compute): the run's steps as a share of the experiment's
+    # (``steps_share``), or its steps or layers set so that its training FLOPs are those
+    # of another row (``compute_as`` = ("steps" | "layers", row label)); ``ladder``: shares
+    # of the experiment's steps at which the run also keeps its weights
+    # (TrainConfig.checkpoints). See :func:`catlib.experiment.frontier.budget_configs`.
+    steps_share: float = 1.0
+    compute_as: tuple = ()
+    ladder: tuple = ()
 
     @property
     def is_cat(self) -> bool:
@@ -133,6 +141,48 @@ _BOOK_ROWS = {"06_context_length": HEADLINE, "08_beyond": BEYOND + ("causal CAT"
 CHAPTER_ROWS = {"05_training": ("published CAT", "causal CAT"), **_BOOK_ROWS,
                 "09_using_context": tuple(dict.fromkeys(sum(_BOOK_ROWS.values(), ()))) + STUDY}
 
+# Chapter 10 (equal compute). The row whose training FLOPs the compute-matched baselines
+# get; the CAT kernel at a baseline's cost (one Euler step: one block evaluation); the
+# one-layer ALiBi baseline given that CAT's training FLOPs as more steps (its run keeps
+# its weights at 1/4, 1/2, 1 and 2 times the experiment's steps: the baseline's frontier,
+# the learning rate being constant) or as more layers; RoPE's frontier run (one seed).
+# The CATs' Sobolev schedule depends on train_steps, so their frontier points are
+# separate runs at 1/2, 1/4 and 1/8 of the steps (one seed each).
+MATCHED = "KERPLE-prior CAT"
+EULER_CAT = "KERPLE-prior CAT, Euler x1"
+AS_STEPS, AS_LAYERS = "ALiBi baseline, CAT's compute as steps", "ALiBi baseline, CAT's compute as layers"
+ROPE_LADDER = "RoPE baseline, CAT's compute as steps"
+LADDER = (0.25, 0.5, 1.0, 2.0)
+ROWS.update({a.label: a for a in (
+    Row(EULER_CAT, "causal", "cat", "90/10",
+        (("kernel", "kerple-prior"), ("solver", "euler"), ("solver_steps", 1)), ("cat",)),
+    Row(AS_STEPS, "causal", "base", "90/10", (("baseline_positions", "alibi"),), ("base",),
+        compute_as=("steps", MATCHED), ladder=LADDER),
+    Row(AS_LAYERS, "causal", "base", "90/10", (("baseline_positions", "alibi"),), ("base",),
+        compute_as=("layers", MATCHED)),
+    Row(ROPE_LADDER, "causal", "base", "90/10", (("baseline_positions", "rope"),), ("base",),
+        compute_as=("steps", MATCHED), ladder=LADDER),
+)})
+# The rows of the frontier's CATs, and their runs at fewer steps: "<row>, 1/2 steps", ...
+FRONTIER_CATS = (MATCHED, "KERPLE-prior CAT, ODE-consistent", EULER_CAT)
+CAT_LADDER = (2, 4, 8)
+ROWS.update({f"{label}, 1/{k} steps": dataclasses.replace(
+    ROWS[label], label=f"{label}, 1/{k} steps", steps_share=1 / k)
+    for label in FRONTIER_CATS for k in CAT_LADDER})
+COMPUTE_MATCHED = (AS_STEPS, AS_LAYERS)
+# A clearly named place for one more row of chapter 10 (issue 31's moonshot): a label
+# added here is trained with 3 seeds, shown in the compute-matched table and on the frontier.
+EXTRA_EQUAL_COMPUTE: tuple = ()
+# Rows of chapter 10 with one seed (frontier points away from the headline point).
+FRONTIER_ONE_SEED = (ROPE_LADDER,) + tuple(f"{label}, 1/{k} steps" for label in FRONTIER_CATS
+                                           for k in CAT_LADDER)
+CHAPTER_ROWS["10_equal_compute"] = (
+    "ALiBi baseline", "RoPE baseline", *FRONTIER_CATS, *COMPUTE_MATCHED, *EXTRA_EQUAL_COMPUTE,
+    *FRONTIER_ONE_SEED)
+# Chapter 10's own rows: not copy-tested (no chapter reads their copy gains).
+NO_COPY_TEST = tuple(label for label in CHAPTER_ROWS["10_equal_compute"]
+                     if label not in CHAPTER_ROWS["09_using_context"])
+
 
 def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
     """The seeds of row ``label`` in ``chapter``, from the chapter's parameters: 05 its one
@@ -144,8 +194,8 @@ def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
     if chapter == "09_using_context" and not ROWS[label].study:
         owner = next(name for name, rows in _BOOK_ROWS.items() if label in rows)
         return chapter_seeds(owner, label, params)
-    if label in DIAGNOSTIC + STUDY_DIAGNOSTIC:       # 08's and 09's diagnostics
-        return list(params["seeds"][:1])
+    if label in DIAGNOSTIC + STUDY_DIAGNOSTIC + FRONTIER_ONE_SEED:  # 08's and 09's diagnostics,
+        return list(params["seeds"][:1])                           # 10's frontier points
     if chapter == "06_context_length" and ROWS[label].variant == "published":
         return list(params["published_seeds"])
     return list(params["seeds"])
@@ -173,8 +223,12 @@ def row_configs(row: Row, experiment: ExperimentConfig, seed: int) -> tuple[CATC
             options.setdefault("solver", study.study_solver)
         batches = dict(repeat_share=study.study_share, repeat_periods=tuple(study.study_periods))
     model = dataclasses.replace(experiment.model, variant=row.variant, **options)
-    return model, dataclasses.replace(experiment.train, seed=seed, split=row.split,
-                                      models=row.trains, **batches)
+    train = dataclasses.replace(experiment.train, seed=seed, split=row.split,
+                                models=row.trains, **batches)
+    if row.steps_share != 1.0 or row.compute_as or row.ladder:   # chapter 10's budgets
+        from .frontier import budget_configs
+        return budget_configs(row, experiment, model, train)
+    return model, train
 
 
 def configs(row: Row, sizes: dict, train: dict, seed: int) -> tuple[CATConfig, TrainConfig]:
@@ -232,7 +286,8 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                                   curve_length=None if row.study else curve_length,
                                   curve_windows=ev.curve_windows or ev.eval_windows,
                                   dropout_on=list(dropout_on or []) if row.published_dropout else [],
-                                  copy=[list(copy[0]), copy[1]] if copy else None)
+                                  copy=[list(copy[0]), copy[1]]
+                                  if copy and label not in NO_COPY_TEST else None)
             owners.setdefault(key, []).append((label, seed))
     done = run_jobs(specs, owners, _train_job, slots, echo, progress_every)
     out = {}
@@ -428,19 +483,21 @@ def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
 
 
 # The tables a notebook writes as JSON parts, merged into results/<kind>_<profile>.json.
-TABLE_PARTS = ("depth", "context_use")
+TABLE_PARTS = ("depth", "context_use", "frontier", "dial")
 
 
 def write_part(folder: Path, name: str, rows: dict | None = None,
                curves: dict | None = None, depth: dict | None = None,
-               context_use: dict | None = None) -> None:
+               context_use: dict | None = None, frontier: dict | None = None,
+               dial: dict | None = None) -> None:
     """One notebook's share of the ``results/`` artefacts, merged by the book runner.
 
     ``rows`` go to ``<folder>/extrapolation/<name>.json``, ``curves`` ({label: [L]}) to
     ``<folder>/extrapolation/<name>.csv`` (columns model, position, ce), ``depth`` (the
-    refinement table, :func:`catlib.measure.refinement.depth_table`) to ``<folder>/depth/<name>.json``,
+    refinement table, :func:`catlib.book.depth.depth_table`) to ``<folder>/depth/<name>.json``,
     ``context_use`` (:func:`catlib.book.context_use.context_use_table`) to
-    ``<folder>/context_use/<name>.json``.
+    ``<folder>/context_use/<name>.json``; ``frontier`` and ``dial`` (chapter 10:
+    :func:`catlib.experiment.frontier.frontier_table`, :func:`catlib.experiment.frontier.dial_table`) likewise.
     """
     from .artefacts import write_extrapolation_json, write_position_csv
 
@@ -450,7 +507,7 @@ def write_part(folder: Path, name: str, rows: dict | None = None,
         write_extrapolation_json(part / f"{name}.json", rows)
     if curves is not None:
         write_position_csv(part / f"{name}.csv", curves)
-    for kind, table in zip(TABLE_PARTS, (depth, context_use)):
+    for kind, table in zip(TABLE_PARTS, (depth, context_use, frontier, dial)):
         if table is not None:
             (Path(folder) / kind).mkdir(exist_ok=True)
             atomic_write_text(Path(folder) / kind / f"{name}.json",

@@ -318,9 +318,15 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
         log.sync()  # the metrics of every checkpointed step are on disk
         last_good = _save_checkpoint(run, trainer)
 
+    def step_done(m: dict) -> None:
+        if trainer.step in tc.checkpoints:      # a ladder point: the weights after this step
+            _save_ladder(run, trainer)
+        if on_step:
+            on_step(m)
+
     try:
         reason = train_loop(trainer, val_ids=corpus.val, log=log.write, checkpoint=checkpoint,
-                            echo=echo, progress=progress, on_step=on_step)
+                            echo=echo, progress=progress, on_step=step_done)
     except KeyboardInterrupt:
         checkpoint()
         msg = (f"interrupted after {trainer.step} of {tc.train_steps} steps; checkpoint "
@@ -343,6 +349,20 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
     finally:
         log.close()
     _finish(run, trainer, reason)
+
+
+def ladder_file(step: int, model: str) -> str:
+    """The file of a ladder point (``TrainConfig.checkpoints``) in the run directory."""
+    return f"ladder-{step}-{model}.pt"
+
+
+def _save_ladder(run: Run, trainer: SideBySide) -> None:
+    """The weights of each trained model after ``trainer.step`` steps, as :func:`_finish`
+    writes the final ones."""
+    for m in trainer.tc.models:
+        model = trainer.cat if m == "cat" else trainer.base
+        atomic_save({"config_hash": run.hash, "config": run.config["model"], "step": trainer.step,
+                     "state_dict": model.state_dict()}, run.path / ladder_file(trainer.step, m))
 
 
 def _finish(run: Run, trainer: SideBySide, reason: str) -> None:

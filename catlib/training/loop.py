@@ -55,7 +55,9 @@ class TrainConfig:
     Only ``train_steps, lr, batch, seq, seed, split, models, weight_decay_on`` and the
     repeated passages (``repeat_share``, ``repeat_periods``: :class:`~catlib.data.BatchSampler`)
     change the trained weights (:meth:`identity`); the others control logging, checkpoints
-    and time.
+    and time. ``checkpoints``: steps after which the run also keeps the weights of its
+    models (``ladder-<step>-<model>.pt``: a ladder of shorter runs, the learning rate being
+    constant); it enters the identity only when not empty.
     ``weight_decay_on``: the tensors AdamW decays, "all" or "matrices"; None follows the
     model's variant (published "all", causal "matrices"; :mod:`catlib.training.optim`). ``split`` is the
     corpus split (:data:`catlib.data.SPLITS`); ``models`` the models trained: both, as
@@ -80,12 +82,15 @@ class TrainConfig:
     weight_decay_on: str | None = None  # "all", "matrices"; None: by variant (catlib.training.optim)
     repeat_share: float = 0.0   # share of each batch made of a repeated passage (BatchSampler)
     repeat_periods: tuple[int, int] | None = None  # (lo, hi): the passage lengths drawn
+    checkpoints: tuple = ()     # steps after which the weights are also kept (a ladder)
 
     def __post_init__(self) -> None:
         if isinstance(self.models, (list, str)):  # from JSON, or a single name
             self.models = (self.models,) if isinstance(self.models, str) else tuple(self.models)
         if isinstance(self.repeat_periods, list):  # from JSON
             self.repeat_periods = tuple(self.repeat_periods)
+        if isinstance(self.checkpoints, list):  # from JSON
+            self.checkpoints = tuple(self.checkpoints)
 
     def validate(self, n_train: int | None = None, causal: bool | None = None) -> None:
         """Raise ValueError naming the field, the bad value and what is allowed.
@@ -118,6 +123,10 @@ class TrainConfig:
             raise ValueError(f"weight_decay_on must be one of {list(DECAY_ON)} or None (follows "
                              f"the variant), got {self.weight_decay_on!r}")
         check_repeats(self.repeat_share, self.repeat_periods, self.seq, self.batch)
+        if any(not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= self.train_steps
+               for n in self.checkpoints):
+            raise ValueError(f"checkpoints must be steps from 1 to train_steps "
+                             f"({self.train_steps}), got {list(self.checkpoints)!r}")
         if self.budget is not None and not self.budget > 0:
             raise ValueError(f"budget must be a positive number of seconds, got {self.budget!r}")
         if causal is False and "cat" in self.models and self.seq < 2:
@@ -142,6 +151,8 @@ class TrainConfig:
             ident["weight_decay_on"] = self.weight_decay_on
         if self.repeat_share:                   # plain text keeps earlier runs' identity
             ident["repeat"] = [self.repeat_share, list(self.repeat_periods)]
+        if self.checkpoints:                    # none kept: earlier runs' identity
+            ident["checkpoints"] = sorted(self.checkpoints)
         return ident
 
     def to_dict(self) -> dict:

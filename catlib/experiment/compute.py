@@ -1,0 +1,179 @@
+"""What training a run cost: its training FLOPs and wall seconds, counted per trained model,
+and the budgets (steps or layers) that give a baseline the training compute of a CAT.
+
+Counting. The FLOPs of one training step are counted by
+:class:`torch.utils.flop_counter.FlopCounterMode` on the real training computation of a
+model of the run's configuration: the forward pass (train mode, the Sobolev penalty
+included) and the backward pass of the loss, at the run's ``batch`` x ``seq`` (matrix
+products as the counter defines them, 2 per multiply-add; the CPU's fused attention as
+:mod:`catlib.cost` counts it). Forward x 3 is not used: measured at the ``cpu`` profile's
+sizes, forward + backward is 3.00 x the forward FLOPs for the KERPLE-prior CAT but 2.72 x
+for the one-layer baselines (the embedding's and the first layer's input gradients are
+never computed), so that rule would overstate a baseline's training compute by 10 %.
+
+Every ODE evaluation counts: a CAT's step count is read per training step from its
+metrics log (``nfe_forward``, the block evaluations of that step's forward pass, all
+blocks), each distinct count is counted once on a model solved with that many solver
+steps, and the run's training FLOPs are the sum over its logged steps, a drawn step count
+(ODE-consistent training) counted as drawn. A baseline's steps all cost the same.
+
+Seconds are the sum of the per-step ``seconds`` of the metrics log: the time of the whole
+step, so a side-by-side run (CAT and its baseline on the same batches) reports one time
+for both of its models.
+
+:func:`run_compute` stores the count as ``compute.json`` in the run directory (written
+atomically, valid for the run's config hash, its logged steps and this code), so that a
+chapter and a rebuild read it without counting again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections import Counter
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..measure.cost import _cpu_sdpa_flops
+from ..nn.baselines import Baseline, explicit_encoder
+from ..nn.config import CATConfig
+from ..nn.model import CAT
+
+COMPUTE_FILE = "compute.json"
+MODEL_NAMES = {"cat": "CAT", "base": "baseline"}
+
+
+def step_flops(model_config: CATConfig, model: str, batch: int, seq: int,
+               solver_steps: int | None = None) -> tuple[int, int]:
+    """``(flops, nfe)`` of one training step of ``model`` ("cat" or "base") of
+    ``model_config`` on a batch of ``batch`` x ``seq`` tokens: forward (train mode, penalty
+    included) and backward, counted; ``nfe``: the CAT's block evaluations of the forward pass
+    (0 for a baseline). ``solver_steps``: the CAT solved with that many steps (default: its
+    own ``solver_steps``). Cached per configuration."""
+    cfg = model_config.resolved(torch.device("cpu")).to_dict()
+    return _step_flops(json.dumps(cfg, sort_keys=True), model, batch, seq, solver_steps)
+
+
+@functools.lru_cache(maxsize=256)
+def _step_flops(config_json: str, model: str, batch: int, seq: int,
+                solver_steps: int | None) -> tuple[int, int]:
+    cfg = CATConfig.from_dict(json.loads(config_json))
+    if model == "cat":
+        cfg = dataclasses.replace(cfg, train_solver_steps=None,
+                                  solver_steps=solver_steps or cfg.solver_steps)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        net = (CAT if model == "cat" else Baseline)(cfg)
+        net.train()
+        x = torch.randint(0, cfg.vocab_size, (batch, seq))
+        mapping = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops}
+        with explicit_encoder(), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+            logits, pen = net(x, penalty=True)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x.reshape(-1)) + pen
+            loss.backward()
+    nfe = net.nfe["forward"] if model == "cat" else 0
+    return int(counter.get_total_flops()), int(nfe)
+
+
+def flops_per_step(model_config: CATConfig, model: str, batch: int, seq: int,
+                   nfe_values=()) -> dict[int, int]:
+    """``{nfe: flops}``: the FLOPs of a training step for each forward evaluation count in
+    ``nfe_values`` (a CAT), or ``{0: flops}`` (a baseline). An evaluation count is mapped to
+    its solver step count through the evaluations of one step (``nfe`` of a one-step solve);
+    a count that no fixed step count gives raises ValueError."""
+    if model != "cat":
+        return {0: step_flops(model_config, model, batch, seq)[0]}
+    _, per_step = step_flops(model_config, model, batch, seq, 1)
+    out = {}
+    for nfe in sorted(set(int(n) for n in nfe_values)):
+        steps, rest = divmod(nfe, per_step)
+        if rest or steps < 1:
+            raise ValueError(f"{nfe} block evaluations is not a whole number of solver steps "
+                             f"of {per_step} evaluations; adaptive solvers are not counted")
+        flops, counted = step_flops(model_config, model, batch, seq, steps)
+        if counted != nfe:
+            raise ValueError(f"{steps} solver steps gave {counted} evaluations, the log {nfe}")
+        out[nfe] = flops
+    return out
+
+
+def count_run(run) -> dict:
+    """The training compute of ``run`` (a :class:`~catlib.runs.Run`) from its metrics log:
+    ``{model: {"steps": n, "train_flops": F, "seconds": s, "flops_per_step": {nfe: flops},
+    "steps_by_nfe": {nfe: n}}}`` per trained model (see the module docstring)."""
+    tc, cfg = run.train_config, run.model_config
+    train = [m for m in run.metrics() if m.get("kind") == "train"]
+    seconds = float(sum(m["seconds"] for m in train))
+    out = {}
+    for model in tc.models:
+        if model == "cat":
+            by_nfe = Counter(int(m["nfe_forward"]) for m in train)
+        else:
+            by_nfe = Counter({0: len(train)})
+        per = flops_per_step(cfg, model, tc.batch, tc.seq, by_nfe)
+        out[model] = {"steps": len(train), "seconds": seconds,
+                      "train_flops": float(sum(per[n] * k for n, k in by_nfe.items())),
+                      "flops_per_step": {str(n): float(f) for n, f in per.items()},
+                      "steps_by_nfe": {str(n): k for n, k in sorted(by_nfe.items())}}
+    return out
+
+
+def run_compute(run) -> dict:
+    """:func:`count_run`, stored as ``compute.json`` in the run directory (atomic, under the
+    run's lock) and read back while the run's config hash, its logged steps and this code
+    are the same."""
+    from ..common.provenance import code_fingerprint
+    from ..runs import atomic_write_text, run_lock
+
+    path = run.path / COMPUTE_FILE
+    n_logged = sum(1 for m in run.metrics() if m.get("kind") == "train")
+    ident = {"hash": run.hash, "steps": n_logged,
+             "code": code_fingerprint() + code_fingerprint(("compute",))}
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text())
+            if stored.get("ident") == ident:
+                return stored["value"]
+        except ValueError:
+            pass                                   # unreadable: counted again below
+    value = count_run(run)
+    with run_lock(run.path):
+        atomic_write_text(path, json.dumps({"ident": ident, "value": value}, indent=1) + "\n")
+    return value
+
+
+def model_compute(run, model: str) -> dict:
+    """One model's entry of :func:`run_compute` ("cat" or "base")."""
+    return run_compute(run)[model]
+
+
+def expected_step_flops(model_config: CATConfig, model: str, batch: int, seq: int) -> float:
+    """The mean FLOPs of one training step before training: for a CAT with drawn step counts
+    (``train_solver_steps``) the mean over the counts (each equally likely), else the one
+    count."""
+    counts = model_config.train_solver_steps if model == "cat" else None
+    if not counts:
+        return float(step_flops(model_config, model, batch, seq)[0])
+    return sum(step_flops(model_config, model, batch, seq, s)[0] for s in counts) / len(counts)
+
+
+def matched_budget(target: float, base_config: CATConfig, batch: int, seq: int,
+                   train_steps: int, how: str) -> int:
+    """The budget that gives the baseline of ``base_config`` the training FLOPs ``target``:
+    ``how`` "steps": its number of training steps (at its own size, the nearest count);
+    "layers": its number of layers (``blocks``), the most whose FLOPs per step at
+    ``train_steps`` steps stay within ``target`` (at least 1). Layers come in whole
+    numbers: at the ``cpu`` profile's sizes 4 layers of the ALiBi baseline reach 0.91 of
+    the RK4 x1 KERPLE-prior CAT's FLOPs per step and 5 layers 1.13, so a caller that must
+    match within 5 % gives the layers the remaining FLOPs as steps ("steps" of the deeper
+    configuration; :func:`catlib.experiment.frontier.budget_configs`)."""
+    if how == "steps":
+        return max(1, round(target / step_flops(base_config, "base", batch, seq)[0]))
+    if how != "layers":
+        raise ValueError(f"how must be 'steps' or 'layers', got {how!r}")
+    per_step, k = target / train_steps, 1
+    while step_flops(dataclasses.replace(base_config, blocks=k + 1), "base", batch, seq)[0] <= per_step:
+        k += 1
+    return k

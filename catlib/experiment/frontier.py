@@ -1,0 +1,247 @@
+"""Chapter 10's measurements: budgets matched in training compute, the loss-compute frontier
+and the inference dial.
+
+- :func:`budget_configs`: the configuration of a row whose steps or layers are set by
+  compute (``Row.steps_share``, ``Row.compute_as``, ``Row.ladder``), the multiplier
+  computed from counted FLOPs (:mod:`catlib.experiment.compute`), never typed.
+- :func:`frontier_table`: CE against training FLOPs, per row, at several budgets. A
+  baseline's points are the weights one long run kept on its way (``TrainConfig.
+  checkpoints``: the learning rate is constant and there is no schedule, so the weights
+  after n steps of a long run *are* the run of n steps, bit for bit on the same kernels).
+  A CAT's Sobolev penalty weight follows a schedule over ``train_steps``
+  (:func:`catlib.train.penalty_weight`), so a CAT's points are separate runs at 1/2, 1/4
+  and 1/8 of the steps (their training adds up to less than the longest run's). Points
+  away from the headline budget have one seed.
+- :func:`dial_table`: an ODE-consistent CAT evaluated with other solvers (fewer or more
+  evaluations than it was trained with), CE against inference FLOPs per token.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import torch
+
+from .compute import expected_step_flops, matched_budget, run_compute
+
+# The inference dial: (solver, steps), from the cheapest; the trained solver is added.
+DIAL = (("euler", 1), ("euler", 2), ("rk4-classic", 1), ("euler", 4), ("rk4-classic", 2),
+        ("euler", 8), ("rk4-classic", 4))
+
+
+def budget_configs(row, experiment, model, train):
+    """The model and training configuration of a chapter-10 row (see
+    :class:`catlib.experiment.Row`): ``model`` and ``train`` are the row's plain ones.
+
+    ``steps_share`` s: ``round(s * train_steps)`` steps. ``compute_as`` ("steps", R): as
+    many steps as give the row the training FLOPs of row R at the experiment's steps (R's
+    expected FLOPs per step, counted, times its steps, over the row's own FLOPs per step);
+    ("layers", R): the most layers whose FLOPs per step stay within R's, then as many
+    steps as give it R's training FLOPs (layers come in whole numbers: at the ``cpu``
+    profile's sizes 4 ALiBi layers reach 0.91 of the RK4 x1 CAT's FLOPs per step, so they
+    train about 10 % more steps than the experiment's). ``ladder``: the weights are also kept after ``round(f *
+    train_steps)`` steps for each share f, those below the run's own steps.
+    """
+    from .grid import ROWS, row_configs
+
+    steps = experiment.train.train_steps
+    if row.steps_share != 1.0:
+        train = dataclasses.replace(train, train_steps=max(1, round(row.steps_share * steps)))
+    if row.compute_as:
+        how, of = row.compute_as
+        m_of, t_of = row_configs(ROWS[of], experiment, train.seed)
+        target = expected_step_flops(m_of, ROWS[of].model, t_of.batch, t_of.seq) * t_of.train_steps
+        n = matched_budget(target, model, train.batch, train.seq, steps, how)
+        if how == "layers":       # whole layers, then the FLOPs they leave as steps
+            model = dataclasses.replace(model, blocks=n)
+            n = matched_budget(target, model, train.batch, train.seq, steps, "steps")
+        train = dataclasses.replace(train, train_steps=n)
+    if row.ladder:
+        keep = sorted({round(f * steps) for f in row.ladder} - {0})
+        train = dataclasses.replace(train, checkpoints=tuple(
+            n for n in keep if n < train.train_steps))
+    return model, train
+
+
+def ladder_model(run, step: int, model_key: str, device="cpu"):
+    """The model ``model_key`` of ``run`` with the weights it kept after ``step`` steps
+    (``TrainConfig.checkpoints``); the final weights when ``step`` is the run's last."""
+    from ..nn.baselines import Baseline
+    from ..nn.model import CAT
+    from ..runs import RunError
+    from ..runs.files import load_checkpoint
+    from ..runs.training import ladder_file
+
+    if step == run.train_config.train_steps:
+        return run.load_weights(device)[0][model_key]
+    path = run.path / ladder_file(step, model_key)
+    if not path.exists():
+        raise RunError(f"{path} is missing: the run kept no weights after {step} steps "
+                       f"(its checkpoints: {list(run.train_config.checkpoints)})")
+    ck = load_checkpoint(path, "cpu")
+    if not isinstance(ck, dict) or ck.get("config_hash") != run.hash:
+        raise RunError(f"{path} was written for another config; retrain the run")
+    with torch.random.fork_rng(devices=[]):
+        net = (CAT if model_key == "cat" else Baseline)(run.model_config)
+    net.load_state_dict(ck["state_dict"])
+    return net.to(device)
+
+
+def ladder_points(run, model_key: str) -> list[int]:
+    """The steps of the run's ladder: its kept checkpoints and its last step."""
+    tc = run.train_config
+    return sorted({*tc.checkpoints, tc.train_steps})
+
+
+def ladder_ce(run, model_key: str, step: int, corpus, lengths, caps, device=None) -> dict:
+    """CE ``{length: ce}`` of the weights ``run`` kept after ``step`` steps at each of
+    ``lengths`` on at most ``caps[i]`` windows (:func:`catlib.evaluate.cross_entropy`),
+    stored with the run (valid for the weights, the code and the settings)."""
+    from ..measure.evaluate import cross_entropy
+    from ..common.provenance import code_fingerprint
+    from ..runs import weights_digest
+
+    model = ladder_model(run, step, model_key, device or "cpu")
+    ident = {"weights": weights_digest({model_key: model}),
+             "code": code_fingerprint() + code_fingerprint(("frontier",)),
+             "step": step, "lengths": list(lengths), "windows": list(caps)}
+    return _stored(run, f"ladder-ce-{step}-{model_key}.json", ident, lambda: {
+        str(L): cross_entropy(model, corpus.val, L, eval_windows=n, device=device)["ce"]
+        for L, n in zip(lengths, caps)})
+
+
+def step_train_flops(run, model_key: str, step: int) -> tuple[float, float]:
+    """``(train FLOPs, seconds)`` of the first ``step`` steps of ``run``'s model (a ladder
+    point: its share of the run's counted FLOPs and logged seconds)."""
+    full = run_compute(run)[model_key]
+    per = {int(n): f for n, f in full["flops_per_step"].items()}
+    train = [m for m in run.metrics() if m.get("kind") == "train" and m["step"] < step]
+    nfe = [int(m["nfe_forward"]) if model_key == "cat" else 0 for m in train]
+    return float(sum(per[n] for n in nfe)), float(sum(m["seconds"] for m in train))
+
+
+def frontier_table(runs: dict, points: dict, corpus, lengths, caps, device=None) -> dict:
+    """The artefact ``results/frontier_<profile>.json``: ``{row: {"points": [{"steps": n,
+    "train_flops": f, "seconds": s, "ce": {"<length>": [CE per seed]}}]}}``.
+
+    ``points``: ``{row: [(label, seeds, step), ...]}``, each point the weights of the runs
+    ``runs[label, seed]`` after ``step`` steps (their final weights or a ladder point);
+    ``train_flops`` and ``seconds`` are the mean over its seeds. ``corpus``: the rows' split.
+    """
+    from .grid import ROWS
+
+    out = {}
+    for row, plist in points.items():
+        pts = []
+        for label, seeds, step in plist:
+            key = ROWS[label].model
+            counted = [step_train_flops(runs[label, s], key, step) for s in seeds]
+            ce = [ladder_ce(runs[label, s], key, step, corpus, lengths, caps, device) for s in seeds]
+            pts.append({"steps": int(step), "seeds": [int(s) for s in seeds],
+                        "train_flops": float(np.mean([c[0] for c in counted])),
+                        "seconds": float(np.mean([c[1] for c in counted])),
+                        "ce": {str(L): [c[str(L)] for c in ce] for L in lengths}})
+        out[row] = {"points": sorted(pts, key=lambda p: p["train_flops"])}
+    return out
+
+
+def dial_table(run, corpus, lengths, caps, dial=DIAL, device=None) -> dict:
+    """The inference dial of one CAT run: ``{solver label: {"flops_per_token": {"<L>": f},
+    "ce": {"<L>": ce}}}`` for its trained solver and each of ``dial`` ((solver, steps)
+    pairs), at ``lengths`` on at most ``caps`` windows each. CE from
+    :func:`catlib.refinement.run_refinement` (stored with the run), FLOPs per token from
+    :func:`catlib.cost.forward_flops_per_token` on one window of each length."""
+    from ..nn.model import solved_with
+    from ..measure.refinement import solver_label
+    from .grid import run_refinement
+
+    cat = run.load_weights(device or "cpu")[0]["cat"]
+    out = {}
+    for L, n in zip(lengths, caps):
+        ref = run_refinement(run, corpus, L, n, finer=dial, device=device)
+        for label, ce in ref["ce_by_solver"].items():
+            out.setdefault(label, {"flops_per_token": {}, "ce": {}})["ce"][str(L)] = ce
+    trained = ref["trained_solver"]
+    for solver, steps in [(None, None), *dial]:
+        label = trained if solver is None else solver_label(solver, steps)
+        with solved_with(cat, solver, steps):
+            for L in lengths:
+                out[label]["flops_per_token"][str(L)] = flops_per_token(cat, L)
+    return out
+
+
+def flops_per_token(model, length: int) -> float:
+    """Forward FLOPs per token of ``model`` on a sequence of ``length`` tokens
+    (:func:`catlib.cost.forward_flops_per_token`; beyond 1024 tokens from three short counts,
+    see :func:`_flops_per_token`)."""
+    from ..measure.cost import forward_flops_per_token
+
+    return _flops_per_token(model, length, forward_flops_per_token)
+
+
+def _flops_per_token(model, length: int, count) -> float:
+    """Forward FLOPs per token at ``length``: counted at a short length and extended by the
+    attention's part, which grows with the length (two counts: the FLOPs are a + b L + c L^2
+    per sequence; a third count at the length itself only when it is short)."""
+    if length <= 1024:
+        return count(model, length)
+    # three short counts fix the quadratic exactly (every product is linear or quadratic in L)
+    xs = np.array([128, 256, 512], dtype=float)
+    ys = np.array([count(model, int(x)) * x for x in xs])
+    a = np.polyfit(xs, ys, 2)
+    return float(np.polyval(a, length) / length)
+
+
+def _stored(run, name: str, ident: dict, compute):
+    """The value stored as ``name`` in the run directory for ``ident``, else ``compute()``
+    stored atomically under the run's lock, then returned."""
+    from ..runs import atomic_write_text, run_lock
+
+    path = run.path / name
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text())
+            if stored.get("ident") == ident:
+                return stored["value"]
+        except ValueError:
+            pass
+    value = compute()
+    with run_lock(run.path):
+        atomic_write_text(path, json.dumps({"ident": ident, "value": value}))
+    return value
+
+
+def real_lengths(diff, lengths, rebuild: float | None = None) -> list:
+    """The lengths where a per-seed difference ``[seeds, lengths]`` is real, by chapter 8's
+    rule: its mean exceeds both its standard deviation over seeds and the rebuild spread."""
+    diff = np.asarray(diff, dtype=float)
+    sd = diff.std(0, ddof=1) if len(diff) > 1 else np.zeros(diff.shape[1])
+    ok = np.abs(diff.mean(0)) > np.maximum(sd, rebuild or 0.0)
+    return [L for L, r in zip(lengths, ok) if r]
+
+
+def who_wins(diff, lengths, rebuild: float | None, first: str, second: str) -> str:
+    """One sentence per length from ``diff`` = CE(first) − CE(second) per seed ``[seeds,
+    lengths]``: who is lower, by how much (mean over seeds), and whether it is real."""
+    diff = np.asarray(diff, dtype=float)
+    real = set(real_lengths(diff, lengths, rebuild))
+    parts = []
+    for i, L in enumerate(lengths):
+        d = float(diff[:, i].mean())
+        winner = second if d > 0 else first
+        parts.append(f"at {L}: {winner} by {abs(d):.3f}" + ("" if L in real else " (not real)"))
+    return "; ".join(parts)
+
+
+def frontier_lead(table: dict, row: str, other: str, length: str) -> float | None:
+    """CE of ``other`` minus CE of ``row`` at ``row``'s largest budget, ``other``'s CE
+    interpolated in log training FLOPs between its points (None outside its range): > 0
+    where ``row``'s frontier lies below ``other``'s there."""
+    a, b = table[row]["points"], table[other]["points"]
+    x = float(np.log(a[-1]["train_flops"]))
+    xs = np.log([p["train_flops"] for p in b])
+    if not xs[0] <= x <= xs[-1]:
+        return None
+    ys = [np.mean(p["ce"][length]) for p in b]
+    return float(np.interp(x, xs, ys) - np.mean(a[-1]["ce"][length]))

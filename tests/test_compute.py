@@ -1,0 +1,142 @@
+"""Equal compute (chapter 10): training FLOPs counted per run, the ladder of checkpoints, the
+compute-matched rows and the frontier's and dial's tables."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from catlib.experiment import compute
+from catlib.experiment import grid as ex
+from catlib.book import profiles
+from catlib.experiment.config import ExperimentConfig
+from catlib.experiment.frontier import _flops_per_token, frontier_table, ladder_ce, ladder_model
+from catlib.nn.config import CATConfig
+from catlib.runs import train_run
+from catlib.training.loop import TrainConfig, drawn_solver_steps
+
+TINY = CATConfig(variant="causal", d_model=16, n_heads=2, n_freq=4, solver="rk4-classic",
+                 solver_steps=1, kernel="kerple-prior", train_length=16)
+EVAL = dict(lengths=(16,), eval_windows=2, progress=False, echo=None, device="cpu")
+
+
+@pytest.fixture
+def data(tiny_path, monkeypatch):
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+
+
+def _tc(steps=6, **kw):
+    return TrainConfig(train_steps=steps, batch=2, seq=16, split="90/10", checkpoint_every=2, **kw)
+
+
+def test_rk4_step_is_four_block_evaluations():
+    flops1, nfe1 = compute.step_flops(TINY, "cat", 2, 16, 1)
+    flops2, nfe2 = compute.step_flops(TINY, "cat", 2, 16, 2)
+    assert (nfe1, nfe2) == (4, 8)
+    # every evaluation counts, forward and backward: two steps cost one step's block part more
+    base = compute.step_flops(dataclasses.replace(TINY, solver="euler"), "cat", 2, 16, 1)[0]
+    per_eval = (flops2 - flops1) / 4
+    assert flops1 == pytest.approx(base + 3 * per_eval, rel=1e-9)
+
+
+def test_run_flops_are_the_sum_of_its_counted_steps(data, tmp_path):
+    """A drawn step count (ODE-consistent training) is counted as drawn."""
+    cfg = dataclasses.replace(TINY, solver_steps=2, train_solver_steps=(1, 2))
+    tc = _tc(8, models=("cat",))
+    run = train_run(cfg, tc, root=tmp_path, **EVAL)
+    drawn = [drawn_solver_steps((1, 2), tc.seed, s) for s in range(tc.train_steps)]
+    assert len(set(drawn)) == 2                         # both counts occur in these 8 steps
+    nfe = [m["nfe_forward"] for m in run.metrics() if m["kind"] == "train"]
+    assert nfe == [4 * d for d in drawn]
+    want = sum(compute.step_flops(cfg, "cat", 2, 16, d)[0] for d in drawn)
+    got = compute.run_compute(run)
+    assert got["cat"]["train_flops"] == want
+    assert got["cat"]["seconds"] == pytest.approx(
+        sum(m["seconds"] for m in run.metrics() if m["kind"] == "train"))
+    stored = json.loads((run.path / compute.COMPUTE_FILE).read_text())
+    assert stored["value"] == got and compute.run_compute(run) == got   # read back
+    # a baseline: every step the same
+    base = train_run(dataclasses.replace(TINY, baseline_positions="alibi"), _tc(3, models=("base",)),
+                     root=tmp_path, **EVAL)
+    assert compute.run_compute(base)["base"]["train_flops"] == \
+        3 * compute.step_flops(base.model_config, "base", 2, 16)[0]
+
+
+def test_ladder_point_is_the_shorter_run_bitwise(data, tmp_path):
+    """The weights a long run keeps after n steps are those of the run of n steps."""
+    base = dataclasses.replace(TINY, baseline_positions="alibi")
+    long = train_run(base, _tc(6, models=("base",), checkpoints=(2, 4)), root=tmp_path / "a", **EVAL)
+    short = train_run(base, _tc(4, models=("base",)), root=tmp_path / "b", **EVAL)
+    assert _tc(4).identity() == TrainConfig(**_tc(4).to_dict()).identity()
+    assert "checkpoints" not in _tc(4).identity()          # earlier runs keep their hash
+    kept = ladder_model(long, 4, "base").state_dict()
+    final = short.load_weights()[0]["base"].state_dict()
+    assert kept.keys() == final.keys()
+    assert all(torch.equal(kept[k], final[k]) for k in kept)
+    with pytest.raises(Exception, match="kept no weights"):
+        ladder_model(long, 3, "base")
+    from catlib.data import load_corpus
+    corpus = load_corpus(split="90/10")
+    a = ladder_ce(long, "base", 4, corpus, [16], [2])
+    b = ladder_ce(short, "base", 4, corpus, [16], [2])
+    assert a == b
+    runs = {("long", 0): long}
+    ex.ROWS["long"] = ex.Row("long", "causal", "base", "90/10", trains=("base",))
+    try:
+        table = frontier_table(runs, {"ALiBi": [("long", [0], n) for n in (2, 4, 6)]}, corpus,
+                               [16], [2])
+    finally:
+        del ex.ROWS["long"]
+    pts = table["ALiBi"]["points"]
+    assert [p["steps"] for p in pts] == [2, 4, 6]
+    total = compute.run_compute(long)["base"]["train_flops"]
+    assert pts[-1]["train_flops"] == total and pts[0]["train_flops"] == total / 3
+    assert pts[1]["ce"]["16"] == [a["16"]]
+
+
+def test_compute_matched_rows_get_the_flops_they_claim():
+    """Within 5 % of the KERPLE-prior CAT's training FLOPs, at the smoke and cpu sizes."""
+    for profile in ("smoke", "cpu"):
+        e = profiles.experiment(profile)
+        e = dataclasses.replace(e, train=dataclasses.replace(e.train, batch=2))  # cheaper
+        m, t = ex.row_configs(ex.ROWS[ex.MATCHED], e, 0)
+        target = compute.expected_step_flops(m, "cat", t.batch, t.seq) * t.train_steps
+        for label in ex.COMPUTE_MATCHED + (ex.ROPE_LADDER,):
+            mb, tb = ex.row_configs(ex.ROWS[label], e, 0)
+            got = compute.step_flops(mb, "base", tb.batch, tb.seq)[0] * tb.train_steps
+            assert abs(got / target - 1) < 0.05, (profile, label, got / target)
+        mb, tb = ex.row_configs(ex.ROWS[ex.AS_LAYERS], e, 0)
+        assert mb.blocks > 1
+        ms, ts = ex.row_configs(ex.ROWS[ex.AS_STEPS], e, 0)
+        assert ts.train_steps > 2 * e.train.train_steps and ms.blocks == 1
+        assert e.train.train_steps in ts.checkpoints      # the headline budget is a point
+
+
+def test_cat_ladder_runs_and_seeds():
+    e = profiles.experiment("smoke")
+    steps = [ex.row_configs(ex.ROWS[f"{ex.MATCHED}, 1/{k} steps"], e, 0)[1].train_steps
+             for k in ex.CAT_LADDER]
+    assert sum(steps) < e.train.train_steps and max(steps) * 4 >= e.train.train_steps
+    rows = ex.CHAPTER_ROWS["10_equal_compute"]
+    assert len(rows) == len(set(rows))
+    p = {"seeds": [0, 1, 2]}
+    assert ex.chapter_seeds("10_equal_compute", ex.AS_STEPS, p) == [0, 1, 2]
+    assert ex.chapter_seeds("10_equal_compute", f"{ex.MATCHED}, 1/2 steps", p) == [0]
+    assert set(ex.NO_COPY_TEST) & set(ex.CHAPTER_ROWS["09_using_context"]) == set()
+
+
+def test_flops_per_token_extended_beyond_1024_is_the_count():
+    from catlib.measure.cost import forward_flops_per_token
+    from catlib.nn.model import CAT
+
+    model = CAT(TINY.resolved())
+    direct = forward_flops_per_token(model, 1500)
+    assert _flops_per_token(model, 1500, forward_flops_per_token) == pytest.approx(direct, rel=1e-6)
+
+
+def test_experiment_configs_unchanged_for_earlier_rows():
+    e = ExperimentConfig(CATConfig(d_model=16, n_heads=2), TrainConfig(train_steps=10))
+    _, tc = ex.row_configs(ex.ROWS["ALiBi baseline"], e, 0)
+    assert tc.checkpoints == () and "checkpoints" not in tc.identity()
