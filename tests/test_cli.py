@@ -268,7 +268,7 @@ def test_every_train_flag_has_its_help_in_one_home():
     once, and nowhere else (no field carries help metadata)."""
     import dataclasses
 
-    from catlib.cli.commands import flags
+    from catlib.cli import flags
     from catlib.measure.config import EvalConfig
     from catlib.nn.config import CATConfig
     from catlib.training.loop import TrainConfig

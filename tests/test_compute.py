@@ -103,9 +103,9 @@ def test_compute_matched_rows_get_the_flops_they_claim():
         e = dataclasses.replace(e, train=dataclasses.replace(e.train, batch=2))  # cheaper
         m, t = ex.row_configs(ex.ROWS[ex.MATCHED], e, 0)
         target = compute.expected_step_flops(m, "cat", t.batch, t.seq) * t.train_steps
-        for label in ex.COMPUTE_MATCHED + (ex.ROPE_LADDER,):
+        for label in ex.COMPUTE_MATCHED + (ex.ROPE_LADDER, ex.EULER_CAT):
             mb, tb = ex.row_configs(ex.ROWS[label], e, 0)
-            got = compute.step_flops(mb, "base", tb.batch, tb.seq)[0] * tb.train_steps
+            got = compute.step_flops(mb, ex.ROWS[label].model, tb.batch, tb.seq)[0] * tb.train_steps
             assert abs(got / target - 1) < 0.05, (profile, label, got / target)
         mb, tb = ex.row_configs(ex.ROWS[ex.AS_LAYERS], e, 0)
         assert mb.blocks > 1
@@ -114,16 +114,22 @@ def test_compute_matched_rows_get_the_flops_they_claim():
         assert e.train.train_steps in ts.checkpoints      # the headline budget is a point
 
 
-def test_cat_ladder_runs_and_seeds():
-    e = profiles.experiment("smoke")
-    steps = [ex.row_configs(ex.ROWS[f"{ex.MATCHED}, 1/{k} steps"], e, 0)[1].train_steps
-             for k in ex.CAT_LADDER]
-    assert sum(steps) < e.train.train_steps and max(steps) * 4 >= e.train.train_steps
+def test_ladders_and_seeds():
+    """Every frontier row keeps at least three earlier budgets spanning at least 8x to its
+    last; the moonshot row gets the CAT's compute as steps; one seed only for RoPE's run."""
+    e = profiles.experiment("cpu")
+    for label in (*ex.FRONTIER_CATS, ex.EULER_CAT, ex.AS_STEPS, ex.ROPE_LADDER):
+        _, tc = ex.row_configs(ex.ROWS[label], e, 0)
+        budgets = sorted({*tc.checkpoints, tc.train_steps})
+        assert len(budgets) >= 4 and budgets[-1] >= 8 * budgets[0], (label, budgets)
+    _, tc = ex.row_configs(ex.ROWS[ex.MATCHED], e, 0)
+    assert tc.train_steps == e.train.train_steps and max(tc.checkpoints) < tc.train_steps
     rows = ex.CHAPTER_ROWS["10_equal_compute"]
-    assert len(rows) == len(set(rows))
+    assert len(rows) == len(set(rows)) and ex.EULER_CAT in rows
     p = {"seeds": [0, 1, 2]}
     assert ex.chapter_seeds("10_equal_compute", ex.AS_STEPS, p) == [0, 1, 2]
-    assert ex.chapter_seeds("10_equal_compute", f"{ex.MATCHED}, 1/2 steps", p) == [0]
+    assert ex.chapter_seeds("10_equal_compute", ex.EULER_CAT, p) == [0, 1, 2]
+    assert ex.chapter_seeds("10_equal_compute", ex.ROPE_LADDER, p) == [0]
     assert set(ex.NO_COPY_TEST) & set(ex.CHAPTER_ROWS["09_using_context"]) == set()
 
 
@@ -140,3 +146,13 @@ def test_experiment_configs_unchanged_for_earlier_rows():
     e = ExperimentConfig(CATConfig(d_model=16, n_heads=2), TrainConfig(train_steps=10))
     _, tc = ex.row_configs(ex.ROWS["ALiBi baseline"], e, 0)
     assert tc.checkpoints == () and "checkpoints" not in tc.identity()
+
+
+def test_checkpoints_flag_parses_steps():
+    """``--checkpoints 250 500`` reaches TrainConfig as integer steps (the command line's
+    typo guard: a string step is refused by TrainConfig)."""
+    from catlib.cli.commands import build_parser
+    from catlib.cli.flags import configs_from_args
+
+    args = build_parser().parse_args(["train", "--train_steps", "600", "--checkpoints", "250", "500"])
+    assert configs_from_args(args)[1].checkpoints == (250, 500)

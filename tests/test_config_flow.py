@@ -58,8 +58,9 @@ def test_a_profile_is_a_typed_experiment():
 
 def test_row_configs_are_the_plain_dict_configs():
     e = ExperimentConfig.from_parameters(dict(d_model=16, n_heads=2, n_freq=4, dropout=0.0,
-                                              train_steps=3, batch=2, seq=16))
-    sizes, train = dict(d_model=16, n_heads=2, n_freq=4, dropout=0.0), \
+                                              solver="rk4-classic", train_steps=3, batch=2,
+                                              seq=16))
+    sizes, train = dict(d_model=16, n_heads=2, n_freq=4, dropout=0.0, solver="rk4-classic"), \
         dict(train_steps=3, batch=2, seq=16)
     for label, row in ex.ROWS.items():
         assert ex.row_configs(row, e, 2) == ex.configs(row, sizes, train, 2), label
@@ -67,6 +68,9 @@ def test_row_configs_are_the_plain_dict_configs():
     assert (model.dropout, model.variant, tc.seed, tc.split) == (0.1, "published", 1, "published")
     model, _ = ex.row_configs(ex.ROWS["KERPLE-prior CAT"], e, 0)
     assert (model.kernel, model.train_length) == ("kerple-prior", 16)
+    adaptive = dataclasses.replace(e, model=dataclasses.replace(e.model, solver="dopri5"))
+    with pytest.raises(ValueError, match="fixed-step solver"):
+        ex.row_configs(ex.ROWS[ex.AS_STEPS], adaptive, 0)
 
 
 def test_the_book_pool_keeps_no_key_lists():

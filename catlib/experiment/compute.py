@@ -6,7 +6,7 @@ Counting. The FLOPs of one training step are counted by
 model of the run's configuration: the forward pass (train mode, the Sobolev penalty
 included) and the backward pass of the loss, at the run's ``batch`` x ``seq`` (matrix
 products as the counter defines them, 2 per multiply-add; the CPU's fused attention as
-:mod:`catlib.cost` counts it). Forward x 3 is not used: measured at the ``cpu`` profile's
+:mod:`catlib.measure.cost` counts it). Forward x 3 is not used: measured at the ``cpu`` profile's
 sizes, forward + backward is 3.00 x the forward FLOPs for the KERPLE-prior CAT but 2.72 x
 for the one-layer baselines (the embedding's and the first layer's input gradients are
 never computed), so that rule would overstate a baseline's training compute by 10 %.
@@ -125,23 +125,12 @@ def run_compute(run) -> dict:
     run's lock) and read back while the run's config hash, its logged steps and this code
     are the same."""
     from ..common.provenance import code_fingerprint
-    from ..runs import atomic_write_text, run_lock
+    from ..runs import stored_with_run
 
-    path = run.path / COMPUTE_FILE
     n_logged = sum(1 for m in run.metrics() if m.get("kind") == "train")
     ident = {"hash": run.hash, "steps": n_logged,
-             "code": code_fingerprint() + code_fingerprint(("compute",))}
-    if path.exists():
-        try:
-            stored = json.loads(path.read_text())
-            if stored.get("ident") == ident:
-                return stored["value"]
-        except ValueError:
-            pass                                   # unreadable: counted again below
-    value = count_run(run)
-    with run_lock(run.path):
-        atomic_write_text(path, json.dumps({"ident": ident, "value": value}, indent=1) + "\n")
-    return value
+             "code": code_fingerprint() + code_fingerprint(("experiment.compute",))}
+    return stored_with_run(run, COMPUTE_FILE, ident, lambda: count_run(run))
 
 
 def model_compute(run, model: str) -> dict:
@@ -160,8 +149,9 @@ def expected_step_flops(model_config: CATConfig, model: str, batch: int, seq: in
 
 
 def matched_budget(target: float, base_config: CATConfig, batch: int, seq: int,
-                   train_steps: int, how: str) -> int:
-    """The budget that gives the baseline of ``base_config`` the training FLOPs ``target``:
+                   train_steps: int, how: str, model: str = "base") -> int:
+    """The budget that gives ``model`` ("base", the default, or "cat") of ``base_config``
+    the training FLOPs ``target``:
     ``how`` "steps": its number of training steps (at its own size, the nearest count);
     "layers": its number of layers (``blocks``), the most whose FLOPs per step at
     ``train_steps`` steps stay within ``target`` (at least 1). Layers come in whole
@@ -170,7 +160,7 @@ def matched_budget(target: float, base_config: CATConfig, batch: int, seq: int,
     match within 5 % gives the layers the remaining FLOPs as steps ("steps" of the deeper
     configuration; :func:`catlib.experiment.frontier.budget_configs`)."""
     if how == "steps":
-        return max(1, round(target / step_flops(base_config, "base", batch, seq)[0]))
+        return max(1, round(target / expected_step_flops(base_config, model, batch, seq)))
     if how != "layers":
         raise ValueError(f"how must be 'steps' or 'layers', got {how!r}")
     per_step, k = target / train_steps, 1

@@ -9,16 +9,16 @@ and the inference dial.
   checkpoints``: the learning rate is constant and there is no schedule, so the weights
   after n steps of a long run *are* the run of n steps, bit for bit on the same kernels).
   A CAT's Sobolev penalty weight follows a schedule over ``train_steps``
-  (:func:`catlib.train.penalty_weight`), so a CAT's points are separate runs at 1/2, 1/4
-  and 1/8 of the steps (their training adds up to less than the longest run's). Points
-  away from the headline budget have one seed.
+  (:func:`catlib.training.loop.penalty_weight`), so a CAT's points are its run stopped
+  early, the penalty weight still on the run's schedule (not bit for bit a shorter run:
+  the chapter states the difference, measured). Points away from a row's final budget
+  have one seed.
 - :func:`dial_table`: an ODE-consistent CAT evaluated with other solvers (fewer or more
   evaluations than it was trained with), CE against inference FLOPs per token.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 import torch
@@ -51,8 +51,12 @@ def budget_configs(row, experiment, model, train):
     if row.compute_as:
         how, of = row.compute_as
         m_of, t_of = row_configs(ROWS[of], experiment, train.seed)
+        if ROWS[of].is_cat and m_of.resolved().solver not in ("rk4-classic", "euler"):
+            raise ValueError(f"{row.label}: matching the compute of {of!r} needs its FLOPs per "
+                             f"step, which its adaptive solver {m_of.resolved().solver!r} does "
+                             f"not fix in advance; use a fixed-step solver (rk4-classic or euler)")
         target = expected_step_flops(m_of, ROWS[of].model, t_of.batch, t_of.seq) * t_of.train_steps
-        n = matched_budget(target, model, train.batch, train.seq, steps, how)
+        n = matched_budget(target, model, train.batch, train.seq, steps, how, row.model)
         if how == "layers":       # whole layers, then the FLOPs they leave as steps
             model = dataclasses.replace(model, blocks=n)
             n = matched_budget(target, model, train.batch, train.seq, steps, "steps")
@@ -96,17 +100,17 @@ def ladder_points(run, model_key: str) -> list[int]:
 
 def ladder_ce(run, model_key: str, step: int, corpus, lengths, caps, device=None) -> dict:
     """CE ``{length: ce}`` of the weights ``run`` kept after ``step`` steps at each of
-    ``lengths`` on at most ``caps[i]`` windows (:func:`catlib.evaluate.cross_entropy`),
+    ``lengths`` on at most ``caps[i]`` windows (:func:`catlib.measure.evaluate.cross_entropy`),
     stored with the run (valid for the weights, the code and the settings)."""
     from ..measure.evaluate import cross_entropy
     from ..common.provenance import code_fingerprint
-    from ..runs import weights_digest
+    from ..runs import stored_with_run, weights_digest
 
     model = ladder_model(run, step, model_key, device or "cpu")
     ident = {"weights": weights_digest({model_key: model}),
-             "code": code_fingerprint() + code_fingerprint(("frontier",)),
+             "code": code_fingerprint() + code_fingerprint(("experiment.frontier",)),
              "step": step, "lengths": list(lengths), "windows": list(caps)}
-    return _stored(run, f"ladder-ce-{step}-{model_key}.json", ident, lambda: {
+    return stored_with_run(run, f"ladder-ce-{step}-{model_key}.json", ident, lambda: {
         str(L): cross_entropy(model, corpus.val, L, eval_windows=n, device=device)["ce"]
         for L, n in zip(lengths, caps)})
 
@@ -150,8 +154,8 @@ def dial_table(run, corpus, lengths, caps, dial=DIAL, device=None) -> dict:
     """The inference dial of one CAT run: ``{solver label: {"flops_per_token": {"<L>": f},
     "ce": {"<L>": ce}}}`` for its trained solver and each of ``dial`` ((solver, steps)
     pairs), at ``lengths`` on at most ``caps`` windows each. CE from
-    :func:`catlib.refinement.run_refinement` (stored with the run), FLOPs per token from
-    :func:`catlib.cost.forward_flops_per_token` on one window of each length."""
+    :func:`catlib.measure.refinement.run_refinement` (stored with the run), FLOPs per token from
+    :func:`catlib.measure.cost.forward_flops_per_token` on one window of each length."""
     from ..nn.model import solved_with
     from ..measure.refinement import solver_label
     from .grid import run_refinement
@@ -173,7 +177,7 @@ def dial_table(run, corpus, lengths, caps, dial=DIAL, device=None) -> dict:
 
 def flops_per_token(model, length: int) -> float:
     """Forward FLOPs per token of ``model`` on a sequence of ``length`` tokens
-    (:func:`catlib.cost.forward_flops_per_token`; beyond 1024 tokens from three short counts,
+    (:func:`catlib.measure.cost.forward_flops_per_token`; beyond 1024 tokens from three short counts,
     see :func:`_flops_per_token`)."""
     from ..measure.cost import forward_flops_per_token
 
@@ -191,25 +195,6 @@ def _flops_per_token(model, length: int, count) -> float:
     ys = np.array([count(model, int(x)) * x for x in xs])
     a = np.polyfit(xs, ys, 2)
     return float(np.polyval(a, length) / length)
-
-
-def _stored(run, name: str, ident: dict, compute):
-    """The value stored as ``name`` in the run directory for ``ident``, else ``compute()``
-    stored atomically under the run's lock, then returned."""
-    from ..runs import atomic_write_text, run_lock
-
-    path = run.path / name
-    if path.exists():
-        try:
-            stored = json.loads(path.read_text())
-            if stored.get("ident") == ident:
-                return stored["value"]
-        except ValueError:
-            pass
-    value = compute()
-    with run_lock(run.path):
-        atomic_write_text(path, json.dumps({"ident": ident, "value": value}))
-    return value
 
 
 def real_lengths(diff, lengths, rebuild: float | None = None) -> list:
@@ -234,14 +219,21 @@ def who_wins(diff, lengths, rebuild: float | None, first: str, second: str) -> s
     return "; ".join(parts)
 
 
-def frontier_lead(table: dict, row: str, other: str, length: str) -> float | None:
-    """CE of ``other`` minus CE of ``row`` at ``row``'s largest budget, ``other``'s CE
-    interpolated in log training FLOPs between its points (None outside its range): > 0
+def frontier_leads(table: dict, row: str, other: str, length: str) -> list:
+    """At each budget of ``row``: CE of ``other`` minus CE of ``row``, ``other``'s CE
+    interpolated in log training FLOPs between its points (None outside its range); > 0
     where ``row``'s frontier lies below ``other``'s there."""
-    a, b = table[row]["points"], table[other]["points"]
-    x = float(np.log(a[-1]["train_flops"]))
+    b = table[other]["points"]
     xs = np.log([p["train_flops"] for p in b])
-    if not xs[0] <= x <= xs[-1]:
-        return None
     ys = [np.mean(p["ce"][length]) for p in b]
-    return float(np.interp(x, xs, ys) - np.mean(a[-1]["ce"][length]))
+    out = []
+    for p in table[row]["points"]:
+        x = float(np.log(p["train_flops"]))
+        out.append(float(np.interp(x, xs, ys) - np.mean(p["ce"][length]))
+                   if xs[0] <= x <= xs[-1] else None)
+    return out
+
+
+def frontier_lead(table: dict, row: str, other: str, length: str) -> float | None:
+    """:func:`frontier_leads` at ``row``'s largest budget."""
+    return frontier_leads(table, row, other, length)[-1]

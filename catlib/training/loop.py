@@ -82,7 +82,7 @@ class TrainConfig:
     weight_decay_on: str | None = None  # "all", "matrices"; None: by variant (catlib.training.optim)
     repeat_share: float = 0.0   # share of each batch made of a repeated passage (BatchSampler)
     repeat_periods: tuple[int, int] | None = None  # (lo, hi): the passage lengths drawn
-    checkpoints: tuple = ()     # steps after which the weights are also kept (a ladder)
+    checkpoints: tuple[int, ...] = ()   # steps after which the weights are also kept (a ladder)
 
     def __post_init__(self) -> None:
         if isinstance(self.models, (list, str)):  # from JSON, or a single name
