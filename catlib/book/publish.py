@@ -27,6 +27,9 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
     label = (f"_Written by `python -m catlib.book --profile {profile}` on {device}, "
              f"commit {commit}, {_now()}._")
     text = f"{label}\n\n{table.read_text().strip()}\n"
+    compute = root / "book" / "_generated" / "equal_compute.md"   # chapter 10, when it ran
+    if compute.exists():
+        text = f"{label}\n\n{compute.read_text().strip()}\n\nAt equal parameters and training steps (chapter 6):\n\n{table.read_text().strip()}\n"
     out = root / "results" / f"headline_{profile}.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text(text)

@@ -17,5 +17,5 @@ from .grid import (BASELINES, BEYOND, CHAPTER_ROWS, CONTROLS, DECAY_ANCHORED,  #
                    table_scores, train_grid, train_rows, training_costs, window_cap, write_part)
 from .grid import (AS_LAYERS, AS_STEPS, CAT_LADDER, COMPUTE_MATCHED, EULER_CAT,  # noqa: F401
                    EXTRA_EQUAL_COMPUTE, FRONTIER_CATS, FRONTIER_ONE_SEED, LADDER, MATCHED,
-                   NO_COPY_TEST, ROPE_LADDER, runs_summary)
+                   NO_COPY_TEST, ROPE_LADDER, SCHEDULE_CHECK, runs_summary)
 from .pool import worker_devices  # noqa: F401

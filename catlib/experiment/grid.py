@@ -175,8 +175,13 @@ COMPUTE_MATCHED = (AS_STEPS, AS_LAYERS)
 # The CAT that is to win at equal compute (issue 31's moonshot): three seeds, in the
 # compute-matched table and on the frontier.
 EXTRA_EQUAL_COMPUTE: tuple = (EULER_CAT,)
-# Rows of chapter 10 with one seed (a frontier away from the headline point).
-FRONTIER_ONE_SEED = (ROPE_LADDER,)
+# What stopping a CAT early costs against a run of that many steps (the penalty schedule):
+# the headline CAT trained for half the steps, one seed, beside its checkpoint there.
+SCHEDULE_CHECK = f"{MATCHED}, 1/2 steps"
+ROWS[SCHEDULE_CHECK] = dataclasses.replace(ROWS[MATCHED], label=SCHEDULE_CHECK, steps_share=0.5,
+                                           ladder=())
+# Rows of chapter 10 with one seed (a frontier away from the headline point; the check).
+FRONTIER_ONE_SEED = (ROPE_LADDER, SCHEDULE_CHECK)
 CHAPTER_ROWS["10_equal_compute"] = (
     "ALiBi baseline", "RoPE baseline", *FRONTIER_CATS, *COMPUTE_MATCHED, *EXTRA_EQUAL_COMPUTE,
     *FRONTIER_ONE_SEED)
