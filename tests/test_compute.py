@@ -12,6 +12,7 @@ from catlib.experiment import compute
 from catlib.experiment import grid as ex
 from catlib.book import profiles
 from catlib.experiment.config import ExperimentConfig
+from catlib.experiment import frontier as fr
 from catlib.experiment.frontier import _flops_per_token, frontier_table, ladder_ce, ladder_model
 from catlib.nn.config import CATConfig
 from catlib.runs import train_run
@@ -156,3 +157,32 @@ def test_checkpoints_flag_parses_steps():
 
     args = build_parser().parse_args(["train", "--train_steps", "600", "--checkpoints", "250", "500"])
     assert configs_from_args(args)[1].checkpoints == (250, 500)
+
+
+def test_the_pool_scores_the_frontier_points(monkeypatch, tmp_path):
+    """The book's pool asks each frontier run for its ladder points: every kept step of a
+    row's first seed, the last step of the others, at the frontier's lengths and windows."""
+    import types
+
+    e = profiles.experiment("smoke")
+    seen = {}
+
+    def fake_jobs(specs, owners, job, slots, echo, every):
+        seen.update({tuple(owners[k]): spec for k, spec in specs.items()})
+        return {k: {"reused": True} for k in specs}
+
+    monkeypatch.setattr(ex, "run_jobs", fake_jobs)
+    monkeypatch.setattr(ex, "train_run", lambda *a, **k: types.SimpleNamespace())
+    ex.train_grid([ex.AS_STEPS, ex.AS_LAYERS, "ALiBi baseline"], e, root=tmp_path, device="cpu",
+                  seeds=[0, 1], echo=None)
+    by_owner = {owner: spec for owners, spec in seen.items() for owner in owners}
+    lengths, caps = fr.frontier_scoring(e.evaluation.lengths, e.evaluation.eval_windows,
+                                        e.evaluation.curve_windows)
+    first = by_owner[(ex.AS_STEPS, 0)]["ladder"]
+    tc = ex.row_configs(ex.ROWS[ex.AS_STEPS], e, 0)[1]
+    assert first["steps"] == sorted({*tc.checkpoints, tc.train_steps}) and len(first["steps"]) >= 4
+    assert by_owner[(ex.AS_STEPS, 1)]["ladder"]["steps"] == [tc.train_steps]
+    assert (first["lengths"], first["caps"]) == (lengths, caps) and caps[-1] <= fr.FRONTIER_LONG_WINDOWS
+    assert by_owner[(ex.AS_LAYERS, 0)]["ladder"]["steps"] == [
+        ex.row_configs(ex.ROWS[ex.AS_LAYERS], e, 0)[1].train_steps]
+    assert "ladder" not in by_owner[("ALiBi baseline", 0)]

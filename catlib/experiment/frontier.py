@@ -30,6 +30,20 @@ DIAL = (("euler", 1), ("euler", 2), ("rk4-classic", 1), ("euler", 4), ("rk4-clas
         ("euler", 8), ("rk4-classic", 4))
 
 
+# The longest length of the frontier is scored on at most this many windows (the table's
+# curve uses more): the frontier's points are many, and each is a forward pass per window.
+FRONTIER_LONG_WINDOWS = 4
+
+
+def frontier_scoring(lengths, eval_windows: int, curve_windows: int | None) -> tuple[list, list]:
+    """The lengths of the frontier (the shortest and the longest of ``lengths``) and the
+    windows each is scored on: ``eval_windows`` at the shortest, at most
+    :data:`FRONTIER_LONG_WINDOWS` at the longest."""
+    longest = max(lengths)
+    return ([min(lengths), longest],
+            [eval_windows, min(FRONTIER_LONG_WINDOWS, curve_windows or eval_windows)])
+
+
 def budget_configs(row, experiment, model, train):
     """The model and training configuration of a chapter-10 row (see
     :class:`catlib.experiment.Row`): ``model`` and ``train`` are the row's plain ones.

@@ -25,6 +25,7 @@ from ..data import Corpus, load_corpus
 from ..measure.config import EvalConfig
 from ..measure.evaluate import context_table, n_windows
 from .config import ExperimentConfig
+from .frontier import frontier_scoring
 from ..measure.extrapolation import position_ce
 from .pool import default_jobs, run_jobs, worker_devices  # noqa: F401 (default_jobs: its earlier home)
 from .progress import reporter
@@ -182,6 +183,9 @@ ROWS[SCHEDULE_CHECK] = dataclasses.replace(ROWS[MATCHED], label=SCHEDULE_CHECK, 
                                            ladder=())
 # Rows of chapter 10 with one seed (a frontier away from the headline point; the check).
 FRONTIER_ONE_SEED = (ROPE_LADDER, SCHEDULE_CHECK)
+# The rows on chapter 10's frontier: the pool scores their ladder points beside training
+# (every kept step of a row's first seed, the last step of every seed).
+FRONTIER_ROWS = (AS_STEPS, ROPE_LADDER, *FRONTIER_CATS, *EXTRA_EQUAL_COMPUTE, AS_LAYERS)
 CHAPTER_ROWS["10_equal_compute"] = (
     "ALiBi baseline", "RoPE baseline", *FRONTIER_CATS, *COMPUTE_MATCHED, *EXTRA_EQUAL_COMPUTE,
     *FRONTIER_ONE_SEED)
@@ -294,6 +298,13 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                                   dropout_on=list(dropout_on or []) if row.published_dropout else [],
                                   copy=[list(copy[0]), copy[1]]
                                   if copy and label not in NO_COPY_TEST else None)
+            if label in FRONTIER_ROWS and curve:
+                first = seed == seeds_of(label)[0]
+                steps = sorted({*tc.checkpoints, tc.train_steps}) if first else [tc.train_steps]
+                f_lengths, f_caps = frontier_scoring(ev.lengths, ev.eval_windows, ev.curve_windows)
+                ladder = specs[key].setdefault("ladder", dict(steps=[], lengths=f_lengths,
+                                                              caps=f_caps, model=row.model))
+                ladder["steps"] = sorted({*ladder["steps"], *steps})
             owners.setdefault(key, []).append((label, seed))
     done = run_jobs(specs, owners, _train_job, slots, echo, progress_every)
     out = {}
@@ -365,6 +376,12 @@ def _train_job(spec: dict, steps=None) -> dict:
         if spec.get("copy"):
             for model_key in tc.models:
                 run_copy_gain(run, model_key, corpus, *spec["copy"], spec["device"])
+        if spec.get("ladder"):          # chapter 10's frontier points, scored in the pool
+            from .frontier import ladder_ce
+            lad = spec["ladder"]
+            held = corpus if corpus is not None else load_corpus(split=tc.split)
+            for step in lad["steps"]:
+                ladder_ce(run, lad["model"], step, held, lad["lengths"], lad["caps"], spec["device"])
         return {"name": run.path.name, "reused": run.reused}
     finally:
         torch.set_num_threads(threads)
