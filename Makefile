@@ -17,7 +17,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # Device of `make book`: auto (CUDA, then MPS, then CPU), cpu, cuda or mps.
 DEVICE ?= auto
 
-.PHONY: venv test lint unit clean book book-smoke nbval nbval-refs browser bench gpu-check test-portable unit-portable
+.PHONY: venv test test-unit test-book lint unit clean book book-smoke nbval nbval-refs browser bench gpu-check test-portable unit-portable
 
 venv: $(STAMP)
 
@@ -31,8 +31,16 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[test,book]'
 	touch $(STAMP)
 
+# The unit tests on every core (pytest-xdist; tests/conftest.py keeps a module's fixture on
+# one worker, hands the slow tests out first and gives each worker one thread).
+# XDIST= runs them in one process.
+XDIST ?= -n auto --dist loadgroup
+# The checks of a built book (Chromium); `make test` runs them after book-smoke, not in `unit`.
+BROWSER_TESTS := tests/test_book.py -k "browser or mathjax or fits"
+BROWSER_IDS := $(addprefix --deselect tests/test_book.py::,test_browser_typesets_math_and_loads_figures test_every_page_fits_1280_px test_mathjax_is_served_locally)
+
 unit: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(XDIST) tests
 
 # The book: papermill runs every notebook for a profile (catlib/book/), then
 # `jupyter-book build . -W -n --keep-going`; prints the path of the first page.
@@ -53,13 +61,29 @@ nbval-refs: venv
 # Headless Chromium loads built pages: math typeset, figures loaded (skipped, with a
 # message, where /usr/bin/chromium is absent).
 browser: venv
-	$(PY) -m pytest -q -rs tests/test_book.py -k "browser or mathjax or fits"
+	$(PY) -m pytest -q -rs $(BROWSER_TESTS)
 
 # Lint: ruff with the settings of pyproject.toml ([tool.ruff]).
 lint: venv
 	$(PY) -m ruff check catlib tests benchmarks
 
-test: lint unit nbval book-smoke browser
+# Two chains at once, each target's output shown whole when it ends (-O): the unit tests
+# (on every core) beside nbval -> book-smoke -> browser, which run one after the other (they
+# share runs/book-smoke, whose run locks do not wait) and leave cores idle. The unit part
+# leaves out the browser checks, which read _build while book-smoke writes it; `browser`
+# runs them on the new build. TEST_JOBS=1 runs the chains one after the other.
+TEST_JOBS ?= 2
+
+test: lint
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) -O test-unit test-book
+
+test-unit: venv
+	$(PY) -m pytest -q $(XDIST) $(BROWSER_IDS) tests
+
+test-book: venv
+	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory book-smoke
+	$(MAKE) --no-print-directory browser
 
 # The unit tests and the nbval checks again under another CPU kernel dispatch (ATen's plain
 # C++ kernels, not this CPU's AVX2/AVX-512 ones) and one thread, set for every worker
@@ -71,7 +95,7 @@ PORTABLE_ENV ?= ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1
 
 # The unit part alone (CI runs it: the failures of this kind were all there).
 unit-portable: venv
-	env $(PORTABLE_ENV) $(PY) -m pytest -q -p no:cacheprovider tests
+	env $(PORTABLE_ENV) $(PY) -m pytest -q -p no:cacheprovider $(XDIST) tests
 
 test-portable: unit-portable
 	env $(PORTABLE_ENV) $(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider tests/nbval

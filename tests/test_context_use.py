@@ -55,6 +55,7 @@ def test_chapter_09_covers_the_rows_of_06_and_08_with_their_seeds():
     assert ex.chapter_seeds("09_using_context", ex.STUDY_DIAGNOSTIC[0], p) == [0]
 
 
+@pytest.mark.slow("trains the study's rows in a pool")
 def test_pool_trains_the_study_and_stores_every_copy_test(tmp_path, tiny_path, monkeypatch):
     # Catches a pool that leaves the study or the copy tests to the chapter (they would
     # run on one core after the pool), and a copy test computed again when stored.

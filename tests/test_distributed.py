@@ -55,6 +55,7 @@ def test_bad_batch_is_refused_on_every_rank(tmp_path):
     assert not (tmp_path / "runs").exists()              # nothing written
 
 
+@pytest.mark.slow("three torchrun launches of 2 gloo ranks")
 def test_two_ranks_match_one_process_kill_and_resume(tmp_path, capsys):
     assert main(["train", *TINY, "--run-dir", str(tmp_path / "one")]) == 0
     capsys.readouterr()

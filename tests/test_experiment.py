@@ -124,6 +124,7 @@ def test_depth_parts_merge_and_per_seed_ce_is_checked(tmp_path):
         ex.write_part(generated, "09", rows={"a CAT": bad})
 
 
+@pytest.mark.slow("trains the same runs in a pool and serially")
 def test_parallel_runs_give_the_serial_numbers(tmp_path, tiny_path, monkeypatch):
     # Catches a parallel runner whose runs differ from the serial ones (other thread count,
     # other seeds, other hashes) or that loses a run's stored evaluation or curve.
@@ -142,6 +143,7 @@ def test_parallel_runs_give_the_serial_numbers(tmp_path, tiny_path, monkeypatch)
             assert np.array_equal(out[1][part][label], out[2][part][label]), (part, label)
 
 
+@pytest.mark.slow("starts a pool under a kernel and kills it")
 def test_workers_stop_when_the_notebook_is_killed(tmp_path, tiny_path):
     # Catches parallel workers that train on after their notebook was killed: they would hold
     # their runs' locks and the next build would be refused ("in use by pid ...").
@@ -258,6 +260,7 @@ def test_costliest_jobs_start_first():
         kernel="alibi-prior", solver="rk4-classic")
 
 
+@pytest.mark.slow("trains a book pool of 7 runs twice (worker processes)")
 def test_book_trains_the_chapters_runs_first(tmp_path, tiny_path, monkeypatch):
     # Catches a first training stage that trains other runs than the chapters ask for
     # (they would train again) or misses the stored curves and dropout-on tables.

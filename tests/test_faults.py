@@ -92,6 +92,7 @@ def made(tmp_path_factory, module_env):
 
 # ---------------------------------------------------------------- 2. kill -9
 
+@pytest.mark.slow("kills and resumes a training subprocess 20+ times")
 def test_kill_9_at_random_and_injected_moments(tiny_path, tmp_path):
     """At least 20 random moments (seeded; half inside a random step, half over the whole
     session), then kills inside a write of each run file and a full disk in a checkpoint

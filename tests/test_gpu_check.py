@@ -34,6 +34,7 @@ def smoke(tmp_path_factory):
     return result, json.loads(report.read_text()), out
 
 
+@pytest.mark.slow("runs the GPU check's smoke version on the CPU (a subprocess)")
 def test_smoke_check_passes(smoke):
     result, report, out = smoke
     assert result.returncode == 0, result.stdout + result.stderr

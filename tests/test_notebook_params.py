@@ -73,12 +73,27 @@ def _parameters(name: str, changes: dict) -> dict:
     return {**PROFILES["smoke"][name], "device": "cpu", "profile": "params", **changes}
 
 
+def _scratch_root(path: Path) -> Path:
+    """A scratch book root: the notebooks find it upward from their working directory."""
+    (path / "_config.yml").write_text("title: scratch\n")
+    (path / "notebooks").mkdir()
+    return path
+
+
 @pytest.fixture
 def book_root(tmp_path) -> Path:
-    """A scratch book root: the notebooks find it upward from their working directory."""
-    (tmp_path / "_config.yml").write_text("title: scratch\n")
-    (tmp_path / "notebooks").mkdir()
-    return tmp_path
+    return _scratch_root(tmp_path)
+
+
+# 09 trains the rows of 08 too, with the seeds 08 gives them (experiment.chapter_seeds): with
+# the same sizes and seeds it reuses the runs 08 trained, as in the book. The two share a
+# scratch root, on one xdist worker, 08 first; either still passes alone.
+SHARED_RUNS = ("08_beyond", "09_using_context", "10_equal_compute")
+
+
+@pytest.fixture(scope="module")
+def shared_root(tmp_path_factory) -> Path:
+    return _scratch_root(tmp_path_factory.mktemp("shared-runs"))
 
 
 def _execute(name: str, changes: dict, root: Path) -> None:
@@ -148,13 +163,17 @@ def test_valid_odd_parameters_pass_and_even_heads_is_asked_for():
 
 # ------------------------------------------------------------------ the notebooks executed
 
-@pytest.mark.parametrize("name, changes", [(n, c) for n, cases in VALID.items() for c in cases],
-                         ids=lambda x: x if isinstance(x, str) else ",".join(map(str, x)))
-def test_notebook_runs_to_its_end_with_other_parameters(name, changes, book_root):
-    _execute(name, changes, book_root)
-    assert (book_root / "notebooks" / f"{name}.ipynb").is_file()
+@pytest.mark.slow("executes the notebook in a kernel; 05, 06, 08 and 09 train their rows")
+@pytest.mark.parametrize("name, changes", [
+    pytest.param(n, c, id=f"{n}-{','.join(map(str, c))}",
+                 marks=[pytest.mark.xdist_group("shared-runs")] if n in SHARED_RUNS else [])
+    for n, cases in VALID.items() for c in cases])
+def test_notebook_runs_to_its_end_with_other_parameters(name, changes, request):
+    root = request.getfixturevalue("shared_root" if name in SHARED_RUNS else "book_root")
+    _execute(name, changes, root)
+    assert (root / "notebooks" / f"{name}.ipynb").is_file()
     if name in ex.CHAPTER_ROWS:
-        check_runs_cell(book_root / "notebooks" / f"{name}.ipynb")
+        check_runs_cell(root / "notebooks" / f"{name}.ipynb")
 
 
 SUMMARY = re.compile(r"^\d+ rows, \d+ row-seed pairs, \d+ runs: \d+ trained here, \d+ reused")
@@ -176,6 +195,7 @@ def check_runs_cell(path: Path) -> None:
     assert not [line for line in lines if " run " in line], f"{path.name}: {lines[:5]}"
 
 
+@pytest.mark.slow("starts a kernel that imports torch and catlib before the check stops it")
 @pytest.mark.parametrize("name", sorted(INVALID))
 def test_invalid_parameter_stops_the_notebook_in_one_line(name, book_root):
     from catlib.book.errors import NotebookFailed

@@ -2,6 +2,7 @@
 on, the declared ranges admit the pins, one constraints file is the pinned set for the
 Makefile and environment.yml, the licence and citation files are there, and the
 `catlib` script resolves."""
+import os
 import re
 import shutil
 import subprocess
@@ -99,7 +100,10 @@ def test_makefile_and_environment_install_with_the_constraints(tmp_path):
         pytest.skip("GNU make not found")
     for name in ("Makefile", "pyproject.toml", "constraints.txt"):
         shutil.copy2(REPO / name, tmp_path / name)
-    r = subprocess.run(["make", "-n", "--no-print-directory", "venv"], cwd=tmp_path,
+    # Without a parent make's flags: under `make test VENV=...` they would name a venv
+    # that is up to date (and -j's jobserver), not this empty folder's.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    r = subprocess.run(["make", "-n", "--no-print-directory", "venv"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     installs = [line for line in r.stdout.splitlines()

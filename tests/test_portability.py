@@ -56,6 +56,7 @@ def probe(clone: Path, home: Path, **env) -> tuple[Path, str, str]:
     return Path(module), variable, found
 
 
+@pytest.mark.slow("clones the repository and runs make in it")
 def test_clone_without_shared_finds_the_corpus_in_the_cache(clone, tiny_path, tmp_path):
     home = tmp_path / "home"
     cached = home / ".cache" / "catlib" / "tiny.txt"

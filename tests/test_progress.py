@@ -73,6 +73,7 @@ def test_plain_lines_in_a_log_and_one_live_line_on_a_terminal():
     assert printed[0] == "a run ended" and "runs done" in printed[-1]   # the last word
 
 
+@pytest.mark.slow("trains two runs in a pool of worker processes")
 def test_the_training_stage_reports_progress(tmp_path, tiny_path, monkeypatch):
     # Two workers, as the book trains: their steps reach the parent's line.
     monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
