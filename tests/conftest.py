@@ -34,17 +34,46 @@ def pytest_configure(config):
                    "subprocess tree); scheduled first under xdist, never skipped")
 
 
+def pytest_itemcollected(item):
+    # Here, not in pytest_collection_modifyitems: xdist's own hook reads the marks there.
+    info = getattr(item, "_fixtureinfo", None)
+    scoped = [d for defs in (info.name2fixturedefs.values() if info else ()) for d in defs
+              if d.scope in ("module", "class", "package")]
+    if scoped and not item.get_closest_marker("xdist_group"):
+        item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else
+                                                item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return                       # one process: the order of the files
+    if config.getvalue("loadgroup"):
+        _suffix_groups(items)
+    # The units that xdist hands out (a group, or a test) with a slow test first; a group
+    # stays together, in its order, so that its module fixture is built once.
+    def unit(item):
+        mark = item.get_closest_marker("xdist_group")
+        return ("group", mark.args[0] if mark and mark.args else None) if mark else item.nodeid
+    slow, first = {}, {}
+    for i, item in enumerate(items):
+        u = unit(item)
+        slow[u] = slow.get(u, False) or item.get_closest_marker("slow") is not None
+        first.setdefault(u, i)
+    items.sort(key=lambda item: (not slow[unit(item)], first[unit(item)]))
+
+
+def _suffix_groups(items):
+    """``--dist loadgroup`` reads a test's group from its id, ``ID@GROUP``. xdist 3.8 writes
+    the suffix into ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is
+    ``item._id``): without this every group is split across the workers."""
+    from _pytest.nodeid import coerce_node_id
+
     for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        scoped = [d for defs in (info.name2fixturedefs.values() if info else ()) for d in defs
-                  if d.scope in ("module", "class", "package")]
-        if scoped and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else
-                                                    item.nodeid.split("::")[0]))
-    # Stable: the slow tests first, each group in its own order (xdist hands out groups in
-    # the order of their first test).
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
 
 
 @pytest.fixture(scope="session")
