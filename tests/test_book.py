@@ -337,7 +337,7 @@ def test_run_lines_go_to_the_build_log_not_the_page(tmp_path):
     # run) in the rendered page: page.build_log sends a line to the runner's log instead.
     (tmp_path / "_config.yml").write_text("title: test\n")
     (tmp_path / "notebooks").mkdir()
-    _notebook(tmp_path / "notebooks" / "c_runs.ipynb", "from catlib import page\n"
+    _notebook(tmp_path / "notebooks" / "c_runs.ipynb", "from catlib.book import page\n"
               "for i in range(3):\n    page.build_log(f'row {i} (seed 0): reused run r{i}')\n"
               "print('3 rows, 3 runs: 0 trained, 3 reused')")
     from catlib.book.execution import execute

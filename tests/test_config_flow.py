@@ -211,7 +211,8 @@ def test_the_book_commands_train_the_books_runs():
     far = ("--kernel alibi-prior --far_heads 2 --attention_residual --blocks 2 --solver euler "
            "--repeat_share 0.5 --repeat_periods 8 112 --models cat")
     assert far.replace(" --blocks", " \\\n     --blocks") in page
-    for label, extra in (("KERPLE-prior CAT", "--kernel kerple-prior --models cat"),
+    for label, extra in (("KERPLE-prior CAT",
+                          "--kernel kerple-prior --models cat --checkpoints 62 125 250"),
                          ("ALiBi baseline", "--baseline_positions alibi --models base"),
                          (ex.FAR_COPY, far)):
         args = build_parser().parse_args(["train", *shlex.split(common), *extra.split()])
