@@ -42,7 +42,6 @@ from ..nn.config import CATConfig
 from ..nn.model import CAT
 
 COMPUTE_FILE = "compute.json"
-MODEL_NAMES = {"cat": "CAT", "base": "baseline"}
 
 
 def step_flops(model_config: CATConfig, model: str, batch: int, seq: int,
@@ -131,11 +130,6 @@ def run_compute(run) -> dict:
     ident = {"hash": run.hash, "steps": n_logged,
              "code": code_fingerprint() + code_fingerprint(("experiment.compute",))}
     return stored_with_run(run, COMPUTE_FILE, ident, lambda: count_run(run))
-
-
-def model_compute(run, model: str) -> dict:
-    """One model's entry of :func:`run_compute` ("cat" or "base")."""
-    return run_compute(run)[model]
 
 
 def expected_step_flops(model_config: CATConfig, model: str, batch: int, seq: int) -> float:
