@@ -9,7 +9,7 @@ import torch.nn as nn
 import catlib
 from catlib.nn import qk_attention
 from catlib.nn.config import CATConfig
-from catlib.nn.bias import causal_toeplitz
+from catlib.nn.bias import alibi_values, causal_toeplitz, toeplitz_bias
 from catlib.nn.qk_attention import (CausalBias, QKAttention, alibi_bias, alibi_slopes,
                                     apply_rotary, rotary_cos_sin)
 
@@ -213,6 +213,49 @@ def test_toeplitz_without_grad_copies_the_same_entries(length):
     assert torch.equal(fast, gathered.detach()) and fast.is_contiguous()
 
 
+@pytest.mark.parametrize("length", [1, 2, 9, 130])
+def test_toeplitz_bias_without_grad_is_the_same_bias_with_keys_reversed(length):
+    # The evaluation layout (a strided view, keys reversed) holds the training layout's
+    # entries, column j' for key T - 1 - j'; nothing of size T x T is allocated for it.
+    values = torch.randn(4, length, requires_grad=True)
+    trained = toeplitz_bias(values)
+    with torch.no_grad():
+        fast = toeplitz_bias(values)
+    assert not trained.keys_reversed and fast.keys_reversed
+    assert torch.equal(fast.ordered(), trained.masked.detach())
+    assert fast.masked.untyped_storage().nbytes() == 4 * (2 * length - 1) * 4
+
+
+@pytest.mark.parametrize("length", [7, 300])
+def test_attention_reads_a_reversed_bias_as_the_ordered_one(length, monkeypatch):
+    # Same attention, keys summed in another order: float32 rounding only. At 300 the
+    # queries go in chunks (SCORE_CHUNK shrunk), each reading its own keys' slice.
+    import catlib.nn.qk_attention as qk
+    monkeypatch.setattr(qk, "SCORE_CHUNK", 2 * 4 * 300 * 64)
+    torch.manual_seed(0)
+    attn = QKAttention(16, 4).eval()
+    x = torch.randn(2, length, 16)
+    values = -torch.rand(4, 1) * torch.arange(length)[None].float()
+    with torch.no_grad():
+        ordered = attn(x, CausalBias(causal_toeplitz(values)))
+        reversed_keys = attn(x, toeplitz_bias(values))
+    assert torch.allclose(reversed_keys, ordered, atol=1e-5, rtol=1e-5)   # ~100 ulps of O(1)
+
+
+def test_written_out_attention_is_the_fused_one_on_a_bias_with_grad():
+    # Training with a learned bias takes _attend; it must be sdpa's result and gradient.
+    import torch.nn.functional as F
+    from catlib.nn.qk_attention import _attend
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 9, 8, requires_grad=True) for _ in range(3))
+    bias = causal_toeplitz(torch.randn(4, 9, requires_grad=True))[None]
+    ours, ref = _attend(q, k, v, bias), F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    assert torch.allclose(ours, ref, atol=1e-5, rtol=1e-5)
+    g_ours = torch.autograd.grad(ours.sum(), (q, k, v))
+    g_ref = torch.autograd.grad(ref.sum(), (q, k, v))
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-5) for a, b in zip(g_ours, g_ref))
+
+
 # ------------------------------------------------------------------ the models
 
 @pytest.mark.parametrize("positions", QK)
@@ -336,8 +379,8 @@ def test_scaled_loop_is_n_euler_steps_of_the_layer():
     model.eval()
     x = torch.randint(0, 65, (2, 12))
     h = model.embed(x)
-    bias = CausalBias(alibi_bias(SIZES["n_heads"], 12, h.device, h.dtype))
     with torch.no_grad():
+        bias = toeplitz_bias(alibi_values(SIZES["n_heads"], 12, h.device, h.dtype))
         for layer in model.layers:
             for _ in range(n):   # h <- norm(h + update / n), for each sublayer
                 h = layer.norm1(h + layer.self_attn(h, bias) / n)

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .bias import CausalBias, alibi_bias
+from .bias import alibi_values, toeplitz_bias
 from .config import CATConfig
 from .qk_attention import QKAttention
 
@@ -135,8 +135,8 @@ class Baseline(nn.Module):
         bias = None
         if self.config.baseline_positions == "alibi":
             # Already -inf above the diagonal: a CausalBias as it is (no masked copy per call),
-            # which the fused CPU kernel takes.
-            bias = CausalBias(alibi_bias(self.config.n_heads, x.shape[1], x.device, x.dtype))
+            # which the fused CPU kernel takes; without grad a view (keys reversed).
+            bias = toeplitz_bias(alibi_values(self.config.n_heads, x.shape[1], x.device, x.dtype))
         loops = self.config.baseline_loops
         step = 1.0 / loops if self.config.baseline_loop_scale else 1.0   # Euler step in depth
         for layer in self.layers:

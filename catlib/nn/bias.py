@@ -25,9 +25,14 @@ class CausalBias:
     the mask per call: a finite entry above the diagonal would let a query read the future.
     Gradients flow to ``masked`` (and through it to whatever it was computed from); it
     is the tensor to hand to an adjoint as a parameter.
+
+    ``keys_reversed``: column j' of ``masked`` holds key T - 1 - j' (a Toeplitz bias built
+    without grad, :func:`toeplitz_bias`: then it is a strided view of 2T - 1 numbers,
+    nothing of size T x T written); the attention reverses its keys and values to match.
     """
 
     masked: torch.Tensor
+    keys_reversed: bool = False
 
     def __post_init__(self):
         if not 2 <= self.masked.dim() <= 4 or self.masked.shape[-1] != self.masked.shape[-2]:
@@ -40,6 +45,10 @@ class CausalBias:
     @property
     def length(self) -> int:
         return self.masked.shape[-1]
+
+    def ordered(self) -> torch.Tensor:
+        """The bias with its keys in order, ``[Bb, Hb, T, T]`` (a copy when reversed)."""
+        return self.masked.flip(-1) if self.keys_reversed else self.masked
 
 
 def causal_toeplitz(values: torch.Tensor) -> torch.Tensor:
@@ -59,6 +68,23 @@ def causal_toeplitz(values: torch.Tensor) -> torch.Tensor:
     pos = torch.arange(length, device=values.device)
     distance = pos[:, None] - pos[None, :]
     return values[:, distance.clamp(min=0)].masked_fill_(distance < 0, -math.inf)
+
+
+def toeplitz_bias(values: torch.Tensor) -> CausalBias:
+    """``values [h, T]`` at distances d = 0..T-1 -> the :class:`CausalBias` of b_h(i - j).
+
+    With grad (training): :func:`causal_toeplitz`, keys in order. Without (evaluation):
+    keys reversed (``keys_reversed``), a view of ``w`` = [-inf x (T-1), values], whose entry
+    (i, j') is ``w[i + j']`` = values[i - j] for key j = T - 1 - j' <= i and -inf beyond:
+    no [h, T, T] tensor is written (at T = 5000, h = 8 writing it took longer than the
+    attention that reads it, on one CPU thread).
+    """
+    h, length = values.shape
+    if torch.is_grad_enabled() and values.requires_grad:
+        return CausalBias(causal_toeplitz(values))
+    w = torch.cat([values.new_full((h, length - 1), -math.inf), values], dim=-1)   # [h, 2T-1]
+    return CausalBias(w.as_strided((1, h, length, length), (0, w.stride(0), 1, 1)),
+                      keys_reversed=True)
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
@@ -89,8 +115,13 @@ def _slopes_on(n_heads: int, device: torch.device, dtype: torch.dtype) -> torch.
     return torch.tensor(alibi_slopes(n_heads), device=device, dtype=dtype)
 
 
-def alibi_bias(n_heads: int, length: int, device=None, dtype=torch.float32) -> torch.Tensor:
-    """ALiBi score bias ``[h, T, T]``: -slope_h * (i - j) for j <= i, -inf for j > i."""
+def alibi_values(n_heads: int, length: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """ALiBi's bias at distances d = 0..T-1, ``[h, T]``: -slope_h * d."""
     slopes = _slopes_on(n_heads, torch.device(device or "cpu"), dtype)
     distance = torch.arange(length, device=device).to(dtype)                     # d = 0..T-1
-    return causal_toeplitz(-slopes[:, None] * distance[None, :])
+    return -slopes[:, None] * distance[None, :]
+
+
+def alibi_bias(n_heads: int, length: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """ALiBi score bias ``[h, T, T]``: -slope_h * (i - j) for j <= i, -inf for j > i."""
+    return causal_toeplitz(alibi_values(n_heads, length, device, dtype))

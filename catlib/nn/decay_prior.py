@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .bias import alibi_slopes, causal_toeplitz
+from .bias import alibi_slopes, toeplitz_bias
 from .kernel import SpectralKernel1D
 from .plan import ScoreBiasPlan, plan_target
 from .qk_attention import QKAttention
@@ -177,8 +177,9 @@ class DecayPriorAttention(nn.Module):
         """The bias for sequences of ``length`` T: one Toeplitz ``[h, T, T]``, causal."""
         device, dtype = plan_target(self.qk, length, device, dtype)
         d = torch.arange(length, device=device).to(dtype)
-        return ScoreBiasPlan(length, causal_toeplitz(self.kernels(d)),         # b_h(i - j)
-                             self.kernels.query_scale(length, device, dtype))
+        bias = toeplitz_bias(self.kernels(d))                                  # b_h(i - j)
+        return ScoreBiasPlan(length, bias.masked, self.kernels.query_scale(length, device, dtype),
+                             bias.keys_reversed)
 
     def forward(self, x: torch.Tensor, plan: ScoreBiasPlan | None = None) -> torch.Tensor:
         if plan is None:

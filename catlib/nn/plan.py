@@ -59,10 +59,11 @@ class ScoreBiasPlan(Plan):
 
     bias: torch.Tensor
     query_scale: torch.Tensor | None = None
+    keys_reversed: bool = False      # see CausalBias (a Toeplitz bias built without grad)
 
     @property
     def causal(self) -> CausalBias:
-        return CausalBias(self.bias)
+        return CausalBias(self.bias, self.keys_reversed)
 
     def kernel_tensor(self) -> torch.Tensor:
         return self.bias
