@@ -17,7 +17,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # Device of `make book`: auto (CUDA, then MPS, then CPU), cpu, cuda or mps.
 DEVICE ?= auto
 
-.PHONY: venv test test-unit test-book lint unit clean book book-smoke nbval nbval-refs browser bench gpu-check test-portable unit-portable
+.PHONY: venv test test-unit test-book lint unit clean book book-smoke nbval nbval-check nbval-refs browser bench gpu-check test-portable unit-portable
 
 venv: $(STAMP)
 
@@ -55,6 +55,12 @@ book-smoke: venv
 nbval: venv
 	$(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider tests/nbval
 
+# The same comparison on the smoke book's own execution (book/notebooks, from book-smoke),
+# without executing the notebooks a second time; a reference whose code is not the
+# notebook's fails as stale (catlib/book/references.py).
+nbval-check: venv
+	$(PY) -m catlib.book.references
+
 nbval-refs: venv
 	$(PY) -m catlib.book --profile smoke --device cpu --refs
 
@@ -68,8 +74,8 @@ lint: venv
 	$(PY) -m ruff check catlib tests benchmarks
 
 # Two chains at once, each target's output shown whole when it ends (-O): the unit tests
-# (on every core) beside nbval -> book-smoke -> browser, which run one after the other (they
-# share runs/book-smoke, whose run locks do not wait) and leave cores idle. The unit part
+# (on every core) beside book-smoke -> nbval-check -> browser, one after the other: the
+# notebooks execute once, and the nbval comparison and the browser read that execution. The unit part
 # leaves out the browser checks, which read _build while book-smoke writes it; `browser`
 # runs them on the new build. TEST_JOBS=1 runs the chains one after the other.
 TEST_JOBS ?= 2
@@ -81,8 +87,8 @@ test-unit: venv
 	$(PY) -m pytest -q $(XDIST) $(BROWSER_IDS) tests
 
 test-book: venv
-	$(MAKE) --no-print-directory nbval
 	$(MAKE) --no-print-directory book-smoke
+	$(MAKE) --no-print-directory nbval-check
 	$(MAKE) --no-print-directory browser
 
 # The unit tests and the nbval checks again under another CPU kernel dispatch (ATen's plain

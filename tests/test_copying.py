@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from catlib.measure.copying import copy_ce, copy_gain, passages
+from catlib.measure.copying import (copy_ce, copy_gain, in_range_distance, oracle_copy_curve,
+                                    oracle_copy_gain, passages, random_passages)
 
 V = 11
 EPS64 = torch.finfo(torch.float64).eps
@@ -161,3 +162,43 @@ def test_runs_on_catlib_models():
         assert model.training
         # Eval mode (no dropout), the same kernels twice: the same numbers.
         assert copy_gain(model, val, distances=(4, 16), n=2) == gain
+
+
+# ------------------------------------------------------------------ references and ceiling
+
+def test_the_in_range_distance_is_the_largest_whose_input_fits():
+    for train_length in (3, 64, 127, 128, 256):
+        d = in_range_distance(train_length)
+        assert 2 * d - 1 <= train_length < 2 * (d + 1) - 1
+    assert in_range_distance(128) == 64
+    with pytest.raises(ValueError, match="training length"):
+        in_range_distance(2)
+
+
+def test_random_passages_are_seeded_and_in_the_vocabulary():
+    a, b = random_passages(65, 40, 3, seed=1), random_passages(65, 40, 3, seed=1)
+    assert torch.equal(a, b) and a.shape == (3, 40) and 0 <= a.min() and a.max() < 65
+    assert not torch.equal(a, random_passages(65, 40, 3, seed=2))
+    with pytest.raises(ValueError, match="vocab_size"):
+        random_passages(1, 40)
+
+
+def test_the_oracle_is_uniform_without_history_and_copies_a_random_string():
+    v, d = 65, 300
+    x = random_passages(v, d, 1, seed=0)[0]
+    ce = oracle_copy_curve(x, 4, v)
+    assert ce.shape == (2 * d - 1,)
+    assert ce[0] == pytest.approx(math.log(v))          # nothing seen: uniform
+    # The second copy: each 4-gram of x seen once before (a random string of 300 ids over
+    # 65 has almost no repeated 4-gram), followed by the right id: p = (1 + 0.1 / V) / 1.1.
+    assert np.median(ce[d + 3:]) == pytest.approx(-math.log((1 + 0.1 / v) / 1.1))
+    assert ce[:d - 1].mean() - ce[d:].mean() > 3.0
+
+
+def test_the_oracle_reads_only_the_input_and_a_one_gram_confuses_more():
+    ids = _ids(4000, 3)
+    g = oracle_copy_gain(ids, 65, distances=(50, 400), n=2, ks=(1, 6))
+    assert g == oracle_copy_gain(ids, 65, distances=(50, 400), n=2, ks=(1, 6))
+    assert g[6][400] > g[1][400] and g[6][50] > 0
+    r = oracle_copy_gain(ids, 65, distances=(50,), n=2, ks=(6,), random_seed=0)
+    assert r[6][50] > 3.0

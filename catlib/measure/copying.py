@@ -12,7 +12,16 @@ local context are the same in both copies. A model that cannot tell positions pa
 training length apart gets a negative gain (the second copy sits at positions d..2d).
 
 The passages of a distance are the same for every model: ``n`` passages of the
-validation ids, starting at evenly spaced offsets (:func:`passages`).
+validation ids, starting at evenly spaced offsets (:func:`passages`), or, for the control
+without the ambiguities of natural text, ``n`` strings of ids drawn uniformly by a seeded
+generator (:func:`random_passages`).
+
+Two references make a gain readable. In range: the largest distance whose whole input
+[x ; x] (2d - 1 positions read) lies within the training length, ``d <= (T + 1) // 2``
+(:func:`in_range_distance`); a longer reference already asks the model to read past its
+training length. A ceiling: the k-gram copy oracle (:func:`oracle_copy_curve`), which
+predicts each character from what followed the earlier occurrences of its last k
+characters in the same input (counts, nothing learned), scored by the same test.
 """
 from __future__ import annotations
 
@@ -37,6 +46,62 @@ def passages(val: torch.Tensor, distance: int, n: int = PASSAGES) -> torch.Tenso
                          f"{distance}; use a shorter distance")
     starts = [k * (len(val) - distance) // n for k in range(n)]
     return torch.stack([val[s:s + distance] for s in starts])
+
+
+def random_passages(vocab_size: int, distance: int, n: int = PASSAGES, seed: int = 0) -> torch.Tensor:
+    """``n`` passages of ``distance`` ids drawn uniformly from ``0 .. vocab_size - 1`` by a
+    generator seeded with ``seed`` (the same for every model), int64 ``[n, distance]``."""
+    if distance < 2 or n < 1 or vocab_size < 2:
+        raise ValueError(f"distance must be >= 2, n >= 1 and vocab_size >= 2, got "
+                         f"distance={distance}, n={n}, vocab_size={vocab_size}")
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(vocab_size, (n, distance), generator=gen)
+
+
+def in_range_distance(train_length: int) -> int:
+    """The largest copy distance d whose input (2d - 1 positions) fits ``train_length``."""
+    if train_length < 3:
+        raise ValueError(f"no copy distance d >= 2 fits a training length of {train_length}")
+    return (train_length + 1) // 2
+
+
+def oracle_copy_curve(passage: torch.Tensor, k: int, vocab_size: int,
+                      alpha: float = 0.1) -> np.ndarray:
+    """The k-gram copy oracle's CE on every target of [x ; x], float64 ``[2d - 1]`` (as
+    :func:`copy_curve`), for one passage ``x [d]``.
+
+    Target t + 1 is predicted from position t's last k ids (fewer at the start): the ids that
+    followed that k-gram's earlier occurrences in the input, counted (n_c of id c, N in
+    all), smoothed towards the uniform distribution, p(c) = (n_c + alpha / V) / (N + alpha);
+    with no earlier occurrence, uniform. It reads nothing but the input.
+    """
+    if k < 1 or alpha <= 0:
+        raise ValueError(f"k must be >= 1 and alpha > 0, got k={k}, alpha={alpha}")
+    s = torch.cat([passage, passage]).tolist()
+    counts: dict[tuple, dict[int, int]] = {}
+    ce = np.empty(len(s) - 1)
+    for t in range(len(s) - 1):
+        key = tuple(s[max(0, t - k + 1):t + 1])
+        seen = counts.get(key, {})
+        ce[t] = -np.log((seen.get(s[t + 1], 0) + alpha / vocab_size) / (sum(seen.values()) + alpha))
+        if t + 1 >= k:          # the k-gram ending at t, now followed by s[t + 1], is history
+            counts.setdefault(key, {})
+            counts[key][s[t + 1]] = counts[key].get(s[t + 1], 0) + 1
+    return ce
+
+
+def oracle_copy_gain(val: torch.Tensor, vocab_size: int, distances=DISTANCES,
+                     n: int = PASSAGES, ks=range(1, 9), random_seed: int | None = None
+                     ) -> dict[int, dict[int, float]]:
+    """``{k: {distance: gain}}`` of the k-gram copy oracle (:func:`oracle_copy_curve`) on
+    the passages of :func:`passages` (or, with ``random_seed``, :func:`random_passages`)."""
+    out: dict[int, dict[int, float]] = {int(k): {} for k in ks}
+    for d in distances:
+        x = passages(val, d, n) if random_seed is None else random_passages(vocab_size, d, n, random_seed)
+        for k in ks:
+            curves = [oracle_copy_curve(p, k, vocab_size) for p in x]
+            out[int(k)][int(d)] = float(np.mean([c[:d - 1].mean() - c[d:].mean() for c in curves]))
+    return out
 
 
 def copy_curve(model: torch.nn.Module, passage: torch.Tensor, device=None) -> np.ndarray:
