@@ -202,3 +202,25 @@ def test_the_oracle_reads_only_the_input_and_a_one_gram_confuses_more():
     assert g[6][400] > g[1][400] and g[6][50] > 0
     r = oracle_copy_gain(ids, 65, distances=(50,), n=2, ks=(6,), random_seed=0)
     assert r[6][50] > 3.0
+
+
+def test_the_oracle_recovers_a_unique_second_copy_and_is_ambiguous_by_hand():
+    # x = [0, 1, 0, 2], V = 3: in [x ; x] the 1-gram "0" was followed by 1 and by 2 before
+    # target 5 (a 1): p = (1 + alpha / 3) / (2 + alpha). The 2-gram (0, 1) was followed once,
+    # by 0, before target 6: with alpha -> 0 the oracle recovers it exactly.
+    x = torch.tensor([0, 1, 0, 2])
+    ce1 = oracle_copy_curve(x, 1, 3, alpha=0.1)
+    assert ce1[0] == pytest.approx(math.log(3))
+    assert ce1[2] == pytest.approx(-math.log((0.1 / 3) / 1.1))           # "0" then 1, not 2
+    assert ce1[4] == pytest.approx(-math.log((1 + 0.1 / 3) / 2.1))       # ambiguous: 1 or 2
+    ce2 = oracle_copy_curve(x, 2, 3, alpha=1e-9)
+    assert ce2[5] == pytest.approx(0.0, abs=1e-8)
+    y = random_passages(65, 200, 1, seed=4)[0]                           # unique 8-grams
+    assert oracle_copy_curve(y, 8, 65, alpha=1e-9)[200 + 7:].max() < 1e-6
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu", "paper"])
+def test_every_profiles_in_range_distance_fits_its_training_length(profile):
+    from catlib.book.profiles import experiment
+    seq = experiment(profile).train.seq
+    assert 2 * in_range_distance(seq) - 1 <= seq
