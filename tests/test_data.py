@@ -116,3 +116,14 @@ def test_90_10_split(tiny_path, corpus):
     assert torch.equal(c.train, c.ids[:cut]) and torch.equal(c.val, c.ids[cut:])
     with pytest.raises(ValueError, match="split must be one of"):
         load_corpus(tiny_path, split="80/20")
+
+
+def test_the_encoded_corpus_is_each_characters_id_and_each_callers_own(tiny_path):
+    # The table lookup gives the ids of the vocabulary's own map, character by character;
+    # the encoding is kept per process, so a caller that writes into its tensor must not
+    # change what the next caller reads.
+    from catlib.data import load_corpus
+    a = load_corpus(tiny_path)
+    assert torch.equal(a.ids, torch.tensor([a.vocab.stoi[c] for c in a.text]))
+    a.ids[:10] = 0
+    assert not torch.equal(load_corpus(tiny_path).ids[:10], a.ids[:10])
