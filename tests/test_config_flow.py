@@ -144,7 +144,8 @@ def test_job_weights_only_order_the_jobs(tmp_path, tiny_path, monkeypatch):
             monkeypatch.setattr(pool, "BASELINE_STEP_WEIGHT", 1000)
         jobs = []
         monkeypatch.setattr(ex, "_train_job",
-                            lambda spec, steps=None, jobs=jobs: jobs.append(dict(spec)) or job(spec, steps))
+                            lambda spec, steps=None, stored=False, jobs=jobs:
+                            (None if stored else jobs.append(dict(spec))) or job(spec, steps, stored))
         runs = ex.train_rows(labels, [0], sizes, train, root=tmp_path / order, device="cpu",
                              lengths=[16], eval_windows=2, curve_length=32, jobs=1, echo=None)
         out[order] = dict(

@@ -302,3 +302,32 @@ def test_window_cap_reads_the_curve_windows_at_the_longest_length_only():
     # Catches a bigram floor or table at the longest length on other windows than its curve.
     assert [ex.window_cap(L, 5000, 32, 8) for L in (128, 1024, 5000)] == [32, 32, 8]
     assert ex.window_cap(5000, 5000, 32, None) == 32
+
+
+def test_a_pool_of_stored_runs_starts_no_worker_and_a_new_run_is_not_begun(tmp_path, tiny_path,
+                                                                           monkeypatch):
+    # Catches a pool that starts worker processes (seconds of CPU each) to reuse runs whose
+    # scores are all stored, or a stored-only pass that writes into a run it cannot reuse.
+    from catlib.experiment import pool
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+    labels = ("causal CAT", "RoPE baseline")
+    kwargs = dict(root=tmp_path, device="cpu", lengths=[16], eval_windows=2, curve_length=32,
+                  echo=None)
+    first = ex.train_rows(labels, [0], SIZES, TRAIN, jobs=1, **kwargs)
+
+    def no_worker(*args, **kw):
+        raise AssertionError("a worker was started for stored runs")
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", no_worker)
+    again = ex.train_rows(labels, [0], SIZES, TRAIN, jobs=2, **kwargs)
+    assert all(run.reused for run in again.values())
+    assert {k: r.path for k, r in again.items()} == {k: r.path for k, r in first.items()}
+    assert [r.result for r in again.values()] == [r.result for r in first.values()]
+    # A run of other settings: the stored-only pass returns None and leaves no directory.
+    before = sorted(p.name for p in tmp_path.iterdir())
+    row = ex.ROWS["RoPE baseline"]
+    model, train = ex.configs(row, SIZES, dict(TRAIN, train_steps=TRAIN["train_steps"] + 1), 0)
+    spec = dict(model=model.to_dict(), train=train.to_dict(), root=str(tmp_path), lengths=[16],
+                eval_windows=2, curve_length=None, curve_windows=2, dropout_on=[], copy=None,
+                device="cpu")
+    assert ex._train_job(spec, stored=True) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -31,7 +31,8 @@ from .pool import default_jobs, run_jobs, worker_devices  # noqa: F401 (default_
 from .progress import reporter
 from ..common.provenance import code_fingerprint
 from ..measure.refinement import FINER, finer_solvers, refinement
-from ..runs import Run, atomic_write_text, check_split, stored_with_run, train_run, weights_digest
+from ..runs import (NotStored, Run, atomic_write_text, check_split, stored_only, stored_with_run,
+                    train_run, weights_digest)
 from ..training.loop import TrainConfig
 
 
@@ -351,10 +352,17 @@ def _seeds_of(seeds) -> Callable[[str], list]:
     return seeds if callable(seeds) else (lambda label, fixed=list(seeds): fixed)
 
 
-def _train_job(spec: dict, steps=None) -> dict:
+def _train_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
     """Train, evaluate and score one run (a worker process, or in-process on one thread);
     its steps go to the progress array (``steps``, or the worker's own, see
-    :func:`catlib.experiment.progress.attach`)."""
+    :func:`catlib.experiment.progress.attach`). With ``stored``: only if the run and every
+    score asked for are stored already (then nothing is computed or written); else None."""
+    if stored:
+        try:
+            with stored_only():
+                return _train_job(spec, steps)
+        except NotStored:
+            return None
     threads = torch.get_num_threads()
     if spec["device"] == "cpu":
         torch.set_num_threads(1)

@@ -78,7 +78,11 @@ def run_jobs(specs: dict, owners: dict, job: Callable[..., dict], slots: list[st
     """Run ``job(spec)`` for every spec (a dict; ``owners[key]``: the (row, seed) pairs it
     serves), costliest first, in worker processes when there are several ``slots``
     (:func:`worker_devices`), else in this process. ``job`` returns ``{"name", "reused"}``
-    and is a module-level function (the workers import it). Returns its results by key."""
+    and is a module-level function (the workers import it); ``job(spec, steps,
+    stored=True)`` returns the same for a run whose scores are all stored, computing
+    nothing, else None. Runs found stored are taken in this process first: reading one
+    takes a fraction of a second, starting a worker (torch and catlib imported) about 3 s
+    of CPU. Returns the results by key."""
     specs = dict(sorted(specs.items(), key=lambda item: -expected_cost(item[1])))
     for i, spec in enumerate(specs.values()):
         spec["device"] = slots[i % len(slots)]
@@ -88,13 +92,20 @@ def run_jobs(specs: dict, owners: dict, job: Callable[..., dict], slots: list[st
                         [s["train"]["train_steps"] for s in specs.values()],
                         shared_steps(context, len(specs)))
     with line.running(echo, every=progress_every) as say:
-        if len(slots) > 1 and len(specs) > 1:
-            return _in_workers(specs, owners, job, slots, say, context, line)
         done = {}
         for key, spec in specs.items():
-            done[key] = job(spec, line.steps)
-            _finished(line, spec, done[key], say, owners[key])
-        return done
+            result = job(spec, line.steps, stored=True)
+            if result is not None:
+                done[key] = result
+                _finished(line, spec, result, say, owners[key])
+        rest = {key: spec for key, spec in specs.items() if key not in done}
+        if len(slots) > 1 and len(rest) > 1:
+            done.update(_in_workers(rest, owners, job, slots, say, context, line))
+        for key, spec in rest.items():
+            if key not in done:
+                done[key] = job(spec, line.steps)
+                _finished(line, spec, done[key], say, owners[key])
+        return {key: done[key] for key in specs}
 
 
 def _in_workers(specs: dict, owners: dict, job: Callable[..., dict], slots: list[str],

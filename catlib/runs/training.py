@@ -41,6 +41,7 @@ from .follower import _follow
 from .identity import config_hash
 from .lock import run_lock
 from .run import RESULT_FILES, RUN_PACKAGES, WEIGHT_FILES, Run, _status_of, open_run
+from .stored import require_stored
 
 
 def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs",
@@ -122,6 +123,8 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name
                               leak_length=ev.leak_length, device=dev, corpus=corpus)
     # 2. An existing directory: read only, so that a damaged one is left as it is.
     existing = _check_existing(path, model_config, train_config, corpus.sha256, h, code, retrain)
+    if not existing or retrain:
+        require_stored(f"the run {path}")           # under stored_only(): nothing to reuse
     _make_directory(path)
 
     # 3. Under the lock: reuse, or decide between resuming and starting afresh.
@@ -130,6 +133,7 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name
         status = _status_of(run)["status"] if existing and not retrain else "new"
         if status == "finished" and not retrain:
             return _reuse(run, settings, score if evaluate else None, ready, say)
+        require_stored(f"the finished run {path}")  # before a byte of it is written
         resume = not retrain and status not in ("new", "starting")
         trainer = SideBySide(model_config, train_config, corpus.train, dev)
         kept = _resume_state(run, trainer, status) if resume else None
@@ -214,7 +218,10 @@ def _reuse(run: Run, settings: dict, score: Callable[[Run], dict] | None,
     run.reused = True
     ready({"action": "reuse"})
     if score is not None:
-        run.result = _stored_eval(run, settings) or score(run)
+        stored = _stored_eval(run, settings)
+        if stored is None:
+            require_stored(f"the evaluation of {run.path}")
+        run.result = stored or score(run)
     return run
 
 
