@@ -80,6 +80,14 @@ def _scratch_root(path: Path) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _runs_in_the_kernel(monkeypatch):
+    """The kernels train their runs in their own process (the kernel inherits CATLIB_JOBS):
+    runs of a dozen steps cost less than starting a worker for them (about 3 s of CPU,
+    torch imported); the pool's workers are tested in test_experiment.py."""
+    monkeypatch.setenv("CATLIB_JOBS", "1")
+
+
 @pytest.fixture
 def book_root(tmp_path) -> Path:
     return _scratch_root(tmp_path)
