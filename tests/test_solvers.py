@@ -279,3 +279,16 @@ def test_the_default_solver_is_resolved_with_the_device():
     assert CATConfig().resolved(torch.device("cpu")).solver == "dopri5"
     assert CATConfig(solver="euler").resolved("mps").solver == "euler"   # a given one stays
     assert default_solver("cuda:0") == "dopri5"
+
+
+def test_torchdiffeq_is_imported_by_the_first_adaptive_solve_only():
+    # Catches an import of torchdiffeq (and with it scipy.integrate, about 1 s) in every
+    # process that imports catlib: kernels, workers and commands that never use dopri5.
+    import subprocess
+    import sys
+    code = ("import sys, torch, catlib; from catlib.nn import solvers; "
+            "before = 'torchdiffeq' in sys.modules; "
+            "solvers.integrate(lambda t, y: -y, torch.ones(2), 'dopri5'); "
+            "print(before, 'torchdiffeq' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True"], out.stdout + out.stderr

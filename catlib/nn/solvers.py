@@ -18,7 +18,6 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
-from torchdiffeq import odeint, odeint_adjoint
 
 from .config import CATConfig
 
@@ -94,6 +93,25 @@ class CountedDynamics(nn.Module):
                 f"fixed-step solver")
 
 
+def __getattr__(name: str):
+    """``odeint`` and ``odeint_adjoint``: torchdiffeq's, imported on first use."""
+    if name in ("odeint", "odeint_adjoint"):
+        return _torchdiffeq(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _torchdiffeq(name: str):
+    """torchdiffeq's ``odeint`` or ``odeint_adjoint``, imported when an adaptive solve first
+    needs it: torchdiffeq imports scipy.integrate, about 1 s in every process (a kernel, a
+    worker, a command) that never solves adaptively. A replacement set on this module (a
+    test's spy) is used as it is."""
+    fn = globals().get(name)
+    if fn is None:
+        import torchdiffeq
+        fn = globals()[name] = getattr(torchdiffeq, name)
+    return fn
+
+
 def _dopri5(func, y0, t0, t1, opt: SolveOptions):
     # max_steps is not passed to torchdiffeq: the counter enforces it in both solves.
     if not isinstance(func, CountedDynamics):   # integrate() passes one; direct callers may not
@@ -106,12 +124,13 @@ def _dopri5(func, y0, t0, t1, opt: SolveOptions):
         # on MPS) for the backward solve.
         adjoint_options = {**options, "norm": "seminorm"} if opt.adjoint_seminorm else None
         params = opt.adjoint_params
+        odeint_adjoint = _torchdiffeq("odeint_adjoint")
         y1 = odeint_adjoint(func, y0, times, adjoint_options=adjoint_options,
                             adjoint_params=None if params is None else tuple(params), **kwargs)[-1]
         if y1.requires_grad:
             y1.register_hook(func.start_backward)   # runs just before each backward solve
         return y1
-    return odeint(func, y0, times, **kwargs)[-1]
+    return _torchdiffeq("odeint")(func, y0, times, **kwargs)[-1]
 
 
 def _time_dtype(y0: torch.Tensor) -> torch.dtype:
