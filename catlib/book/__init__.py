@@ -11,6 +11,8 @@
 - :mod:`~catlib.book.run_report`: ``Record`` and the run report of the reproducibility page;
 - :mod:`~catlib.book.builder`: ``jupyter-book build``;
 - :mod:`~catlib.book.publish`: the README's headline table and the ``results/`` artefacts;
+- :mod:`~catlib.book.references`: the smoke book's execution against the nbval references
+  (``python -m catlib.book.references``, ``make nbval-check``);
 - :mod:`~catlib.book.cli` (and ``__main__``): the command line;
 - :mod:`~catlib.book.locate`: ``find_root``, ``save_figure`` (the notebooks import it from here);
   :mod:`~catlib.book.errors`: ``BookError``, ``NotebookFailed``.
