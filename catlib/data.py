@@ -179,8 +179,9 @@ def _ids_of(text: str, vocab: Vocab) -> np.ndarray:
     by code point (a Python loop over the 1.1 M characters took 0.12 s; the corpus is
     loaded by every training job and chapter)."""
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    table = np.full(max((ord(c) for c in vocab.chars), default=0) + 1, -1, dtype=np.int64)
-    table[[ord(c) for c in vocab.chars]] = np.arange(len(vocab), dtype=np.int64)
+    points = [ord(c) for c in vocab.chars]
+    table = np.full(max(points, default=0) + 1, -1, dtype=np.int64)
+    table[points] = np.arange(len(vocab), dtype=np.int64)
     return table[codes]
 
 

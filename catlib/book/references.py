@@ -70,15 +70,16 @@ def compare(executed: dict, reference: dict) -> list[str]:
     """The differences between an executed notebook and its reference (nbformat dicts),
     one line each; empty when the executed one passes."""
     cells, refs = executed["cells"], reference["cells"]
-    if [_source(c) for c in cells] != [_source(c) for c in refs]:
-        first = next((i for i, (a, b) in enumerate(zip(cells, refs)) if _source(a) != _source(b)),
+    code, ref_code = [_source(c) for c in cells], [_source(c) for c in refs]
+    if code != ref_code:
+        first = next((i for i, (a, b) in enumerate(zip(code, ref_code)) if a != b),
                      min(len(cells), len(refs)))
         return [f"the reference is stale: its code differs from the notebook's from cell {first} "
                 f"on ({len(refs)} cells against {len(cells)}); renew the references with "
                 f"`make nbval-refs`"]
     problems = []
     for i, (cell, ref) in enumerate(zip(cells, refs)):
-        if ref["cell_type"] != "code" or CHECK not in _source(ref):
+        if ref["cell_type"] != "code" or CHECK not in ref_code[i]:
             continue
         got, want = checked_outputs(cell.get("outputs", [])), checked_outputs(ref.get("outputs", []))
         for key in sorted(set(got) | set(want)):

@@ -101,8 +101,8 @@ def run_jobs(specs: dict, owners: dict, job: Callable[..., dict], slots: list[st
         rest = {key: spec for key, spec in specs.items() if key not in done}
         if len(slots) > 1 and len(rest) > 1:
             done.update(_in_workers(rest, owners, job, slots, say, context, line))
-        for key, spec in rest.items():
-            if key not in done:
+        else:
+            for key, spec in rest.items():
                 done[key] = job(spec, line.steps)
                 _finished(line, spec, done[key], say, owners[key])
         return {key: done[key] for key in specs}

@@ -81,12 +81,12 @@ def oracle_copy_curve(passage: torch.Tensor, k: int, vocab_size: int,
     counts: dict[tuple, dict[int, int]] = {}
     ce = np.empty(len(s) - 1)
     for t in range(len(s) - 1):
-        key = tuple(s[max(0, t - k + 1):t + 1])
+        key, nxt = tuple(s[max(0, t - k + 1):t + 1]), s[t + 1]
         seen = counts.get(key, {})
-        ce[t] = -np.log((seen.get(s[t + 1], 0) + alpha / vocab_size) / (sum(seen.values()) + alpha))
+        ce[t] = -np.log((seen.get(nxt, 0) + alpha / vocab_size) / (sum(seen.values()) + alpha))
         if t + 1 >= k:          # the k-gram ending at t, now followed by s[t + 1], is history
-            counts.setdefault(key, {})
-            counts[key][s[t + 1]] = counts[key].get(s[t + 1], 0) + 1
+            follow = counts.setdefault(key, {})
+            follow[nxt] = follow.get(nxt, 0) + 1
     return ce
 
 
