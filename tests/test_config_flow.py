@@ -210,7 +210,7 @@ def test_the_book_commands_train_the_books_runs():
     page = (PACKAGE.parent / "book" / "library.md").read_text()
     common = re.search(r'CPU="(.*?)"', page, re.S).group(1).replace("\\\n", " ")
     far = ("--kernel alibi-prior --far_heads 2 --attention_residual --blocks 2 --solver euler "
-           "--repeat_share 0.5 --repeat_periods 8 112 --models cat")
+           "--batch 20 --repeat_share 0.5 --repeat_periods 8 112 --models cat")
     assert far.replace(" --blocks", " \\\n     --blocks") in page
     for label, extra in (("KERPLE-prior CAT",
                           "--kernel kerple-prior --models cat --checkpoints 62 125 250"),

@@ -83,6 +83,7 @@ PARAMETERS: dict[str, Rule] = {
     "solver": Rule("str", choices=SOLVER_NAMES, example="rk4-classic"),
     "study_solver": Rule("str", choices=SOLVER_NAMES, example="euler"),
     "published_protocol": Rule("bool", example=True),
+    "diagnostics": Rule("bool", example=True),
     "dropout": Rule("float", 0, high=1, example=0.0),
     "coeff_scale": _positive(1.0),
     "noise": Rule("float", 0, example=1.5),
@@ -98,6 +99,7 @@ PARAMETERS: dict[str, Rule] = {
     "split_val_every": Rule("int", 1, example=10),   # the split study draws validation curves
     "study_share": Rule("float", 0, high=1, high_ok=True, example=0.5),  # the sampler's range
     "study_periods": _sizes([8, 112]),
+    "study_batch": _size(20),
     "copy_distances": Rule("ints", 2, example=[32, 100, 400]),
     **{name: _positive(example) for name, example in (
         ("lr", 4e-3), ("brief_lr", 1e-3), ("split_lr", 4e-3), ("check_rtol", 1e-7),
@@ -162,10 +164,12 @@ def _check_device(name: str) -> None:
 def _check_study(values: dict) -> None:
     """The study's batches by the sampler's rule (:func:`catlib.data.check_repeats`, with
     the batch), named as the notebook parameters: ``study_periods`` is [lo, hi], lo <= hi <=
-    seq, and ``study_share`` of ``batch`` rounds to at least one repeated window."""
+    seq, and ``study_share`` of the study's batch (``study_batch``, else ``batch``) rounds
+    to at least one repeated window."""
     from ..data import check_repeats
 
-    periods, seq, batch = values["study_periods"], values.get("seq"), values.get("batch")
+    periods, seq = values["study_periods"], values.get("seq")
+    batch = values.get("study_batch") or values.get("batch")     # the study's own, if set
     share = values.get("study_share", 1.0)
     try:
         check_repeats(1.0, tuple(periods), seq if seq is not None else max(periods))

@@ -66,4 +66,4 @@ def _row_seeds(chosen: dict[str, dict]) -> dict[str, set]:
     for name, p in chosen.items():
         for label in ex.CHAPTER_ROWS[name]:
             seeds.setdefault(label, set()).update(ex.chapter_seeds(name, label, p))
-    return seeds
+    return {label: s for label, s in seeds.items() if s}   # a row no chapter trains: none

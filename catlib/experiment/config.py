@@ -26,7 +26,8 @@ class StudyConfig:
     ``study_blocks``, its CATs' depth solver ``study_solver`` (one step of it per block,
     ``solver_steps`` of the experiment), and the share of each batch (``study_share``) made
     of a passage of r characters repeated to the training length, r drawn from
-    ``study_periods`` (lo, hi) (:class:`~catlib.data.BatchSampler`). Names of their own,
+    ``study_periods`` (lo, hi) (:class:`~catlib.data.BatchSampler`), ``study_batch``
+    sequences per step (None: the experiment's ``batch``). Names of their own,
     not those of CATConfig or TrainConfig, so that a notebook's parameters reach the
     study's rows only."""
 
@@ -34,6 +35,7 @@ class StudyConfig:
     study_solver: str = "euler"
     study_share: float = 0.5
     study_periods: tuple = (8, 112)
+    study_batch: int | None = None
 
     def label(self) -> str:
         """How the study's rows were trained, e.g. "repeat p=0.25, r=8-112"."""

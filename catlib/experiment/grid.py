@@ -130,7 +130,8 @@ CONTROLS = ("ALiBi inside the CAT block", "looped ALiBi baseline, scaled", "loop
 BEYOND = DISTANCE_KERNELS + DECAY_ANCHORED + ODE_CONSISTENT + CONTROLS
 # Rows that no verdict reads across seeds (earlier kernels, a diagnostic, the unscaled
 # loop whose failure is a finding): one seed each, the first of the chapter's seeds, so
-# that the book's training fits its time.
+# that the book's training fits its time; none where the chapter's ``diagnostics`` is
+# False (the cpu profile: with chapter 10 the book's training would not fit 45 minutes).
 DIAGNOSTIC = DISTANCE_KERNELS + ("looped ALiBi baseline",)
 STUDY_DIAGNOSTIC = ("far-head ALiBi CAT, published block, repeat",)
 # The study's kernel designed to copy far.
@@ -199,7 +200,10 @@ def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
     """The seeds of row ``label`` in ``chapter``, from the chapter's parameters: 05 its one
     ``seed``; 06 ``published_seeds`` for the published rows; 08 the first seed for the
     :data:`DIAGNOSTIC` rows; 09 the seeds 06 and 08 give the row (the study's: ``seeds``,
-    the first for :data:`STUDY_DIAGNOSTIC`); else ``seeds``."""
+    the first for :data:`STUDY_DIAGNOSTIC`); else ``seeds``. None for the diagnostic rows
+    when ``params["diagnostics"]`` is False."""
+    if label in DIAGNOSTIC + STUDY_DIAGNOSTIC and not params.get("diagnostics", True):
+        return []
     if chapter == "05_training":
         return [params["seed"]]
     if chapter == "09_using_context" and not ROWS[label].study:
@@ -233,6 +237,8 @@ def row_configs(row: Row, experiment: ExperimentConfig, seed: int) -> tuple[CATC
         if row.is_cat:
             options.setdefault("solver", study.study_solver)
         batches = dict(repeat_share=study.study_share, repeat_periods=tuple(study.study_periods))
+        if study.study_batch:
+            batches["batch"] = study.study_batch
     model = dataclasses.replace(experiment.model, variant=row.variant, **options)
     train = dataclasses.replace(experiment.train, seed=seed, split=row.split,
                                 models=row.trains, **batches)
