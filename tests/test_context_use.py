@@ -55,6 +55,22 @@ def test_chapter_09_covers_the_rows_of_06_and_08_with_their_seeds():
     assert ex.chapter_seeds("09_using_context", ex.STUDY_DIAGNOSTIC[0], p) == [0]
 
 
+def test_the_extra_rows_are_trained_where_a_profile_asks_and_only_there():
+    # Catches a cpu build that still trains a row its chapters were told to leave out (the
+    # 45-minute budget), or a smoke or paper build that loses one (CI runs their code).
+    from catlib.book.profiles import PROFILES
+    from catlib.book.training import _row_seeds
+    for profile, wanted in (("smoke", True), ("cpu", False), ("paper", True)):
+        chosen = {name: {"seed": 0, **PROFILES[profile][name]} for name in ex.CHAPTER_ROWS}
+        trained = _row_seeds(chosen)
+        assert all((label in trained) == wanted for label in ex.EXTRA), profile
+        assert set(ex.CHAPTER_ROWS["09_using_context"]) - set(ex.EXTRA) <= set(trained), profile
+        assert all(trained[label] for label in trained), profile      # no row with no seed
+    p = {"seeds": [0, 1, 2], "extra_rows": False}
+    assert ex.chapter_seeds("09_using_context", "ALiBi-prior CAT", p) == []
+    assert ex.chapter_seeds("08_beyond", "KERPLE-prior CAT", p) == [0, 1, 2]
+
+
 @pytest.mark.slow("trains the study's rows in a pool")
 def test_pool_trains_the_study_and_stores_every_copy_test(tmp_path, tiny_path, monkeypatch):
     # Catches a pool that leaves the study or the copy tests to the chapter (they would
@@ -68,8 +84,10 @@ def test_pool_trains_the_study_and_stores_every_copy_test(tmp_path, tiny_path, m
     quiet = lambda *a, **k: None                                           # noqa: E731
     assert book.train_runs_first(params, tmp_path, "cpu", log=quiet) == {"trained": 3, "reused": 0}
     root = tmp_path / "runs" / "book-t"
-    stored = sorted(p.parent.name for p in root.glob("*/copy-*.json"))
+    stored = [p for p in root.glob("*/copy-*.json") if not p.name.startswith("copy-random-")]
     assert len(stored) == 3
+    # The study's two rows, also on random characters (chapter 9's third table).
+    assert len(list(root.glob("*/copy-random-*.json"))) == 2
     experiment = ExperimentConfig.from_parameters(params["09_using_context"])
     runs = ex.train_grid(ex.CHAPTER_ROWS["09_using_context"], experiment, root=root,
                          device="cpu", echo=None)
@@ -109,3 +127,28 @@ def test_kept_fraction():
     assert cu.kept_fraction(gains, [100, 1000, 2000], 100, 2000) == pytest.approx(0.1)
     assert np.isnan(cu.kept_fraction(-gains, [100, 1000, 2000], 100, 1000))
     assert np.isnan(cu.kept_fraction(gains / 100, [100, 1000, 2000], 100, 1000))   # 0.005: none
+
+
+def test_the_in_range_reference_fits_the_training_length():
+    # Catches the earlier rule (the longest distance below T: 100 at T = 128, whose second
+    # copy runs to position 198).
+    near, far = cu.reference_distances([32, 64, 100, 400, 1000, 2000], 128)
+    assert near == 64 and far == {8: 1000, 16: 2000}
+    assert cu.reference_distances([32, 100, 400], 128)[0] == 32
+
+
+def test_best_oracle_takes_the_best_k_per_distance_and_reaches_the_artefact():
+    oracle = {1: {32: 0.5, 64: 0.1}, 4: {32: 0.4, 64: 0.3}}
+    gains, ks = cu.best_oracle(oracle, [64, 32])
+    assert ks == [1, 4] and gains.tolist() == [[0.5, 0.3]]
+    assert cu.kept_fraction(gains, [32, 64], 32, 64) == pytest.approx(0.6)
+    experiment = ExperimentConfig.from_parameters(dict(SHARED, **STUDY, seeds=[0]))
+    g = {"ALiBi baseline, repeat": np.array([[0.8, 0.1]])}
+    table = cu.context_use_table(g, {"ALiBi baseline, repeat": np.array([[1.9]])}, [32, 64],
+                                 {"ALiBi baseline, repeat": [16]}, experiment,
+                                 random_gains={"ALiBi baseline, repeat": np.array([[0.9, 0.7]])},
+                                 oracle={"text": (gains, ks), "random": (gains * 2, [8, 8])})
+    assert table["ALiBi baseline, repeat"]["copy_gain_random"] == {"32": [0.9], "64": [0.7]}
+    row = table[cu.ORACLE]
+    assert row["copy_gain"] == {"32": [0.5], "64": [0.3]} and row["best_k"] == {"32": 1, "64": 4}
+    assert row["copy_gain_random"] == {"32": [1.0], "64": [0.6]}

@@ -224,3 +224,25 @@ def test_every_profiles_in_range_distance_fits_its_training_length(profile):
     from catlib.book.profiles import experiment
     seq = experiment(profile).train.seq
     assert 2 * in_range_distance(seq) - 1 <= seq
+
+
+def test_an_exact_copier_on_random_characters_gains_all_of_log_v():
+    # Catches a random-character test that scores other passages than random_passages
+    # gives, or that needs no vocabulary size.
+    gain = copy_gain(Copier(16), _ids(500, 0), distances=(16,), n=3, random_seed=5, vocab_size=V)
+    want = math.log(V) - math.log1p((V - 1) * math.exp(-LOGIT))
+    assert abs(gain[16] - want) <= 64 * EPS64 * math.log(V)
+    with pytest.raises(ValueError, match="vocab_size"):
+        copy_gain(Copier(16), _ids(500, 0), distances=(16,), n=3, random_seed=5)
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu", "paper"])
+def test_every_profiles_copy_test_has_its_in_range_reference(profile):
+    # Catches a profile whose kept fractions would divide by a gain measured beyond the
+    # training length (the cpu profile's d = 100 at T = 128 before).
+    from catlib.book import context_use as cu
+    from catlib.book.profiles import PROFILES, experiment
+    seq = experiment(profile).train.seq
+    near, _ = cu.reference_distances(PROFILES[profile]["09_using_context"]["copy_distances"], seq)
+    assert 2 * near - 1 <= seq                        # its whole input [x ; x] fits
+    assert near > in_range_distance(seq) // 2        # not a much shorter stand-in

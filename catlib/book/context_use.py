@@ -8,7 +8,9 @@ far heads' log-length factor at other strengths (:func:`gains_by_slope`), the fi
 (:func:`context_use_table`): ``{row: {"copy_gain": {"<distance>": [gain per seed]}, "ce":
 {"<length>": mean CE on plain text}, "blocks": n, "train": "plain" or "repeat p=...,
 r=lo-hi"}}``, every row of chapters 06 and 08 under its book label and the
-repeated-passage study's rows (their labels end in ", repeat").
+repeated-passage study's rows (their labels end in ", repeat"), these also with
+``"copy_gain_random"`` (the test on random characters); and the ceiling, the k-gram copy
+oracle's best gain per distance (:func:`best_oracle`), on text and on random characters.
 """
 from __future__ import annotations
 
@@ -25,33 +27,52 @@ MIN_GAIN = 0.05
 
 
 def copy_gains(runs: dict, labels: Iterable[str], seeds_of: Callable[[str], list],
-               corpus: dict, distances, passages: int, device=None) -> dict[str, np.ndarray]:
+               corpus: dict, distances, passages: int, device=None,
+               random_seed: int | None = None) -> dict[str, np.ndarray]:
     """``{label: gains [seeds, distances]}`` from each run's stored copy test
-    (:func:`catlib.experiment.grid.run_copy_gain`; computed now where missing).
-    ``corpus``: ``{split: Corpus}``."""
+    (:func:`catlib.experiment.grid.run_copy_gain`, with ``random_seed`` the one on random
+    characters; computed now where missing). ``corpus``: ``{split: Corpus}``."""
     out = {}
     for label in labels:
         row = ex.ROWS[label]
         out[label] = np.array([[g for _, g in sorted(ex.run_copy_gain(
-            runs[label, s], row.model, corpus[row.split], distances, passages, device).items())]
-            for s in seeds_of(label)], dtype=float)
+            runs[label, s], row.model, corpus[row.split], distances, passages, device,
+            random_seed).items())] for s in seeds_of(label)], dtype=float)
     return out
 
 
+ORACLE = "k-gram copy oracle"     # its row in the artefact
+
+
 def context_use_table(gains: dict[str, np.ndarray], ce: dict[str, np.ndarray], distances,
-                      lengths: dict[str, list], experiment: ExperimentConfig) -> dict[str, dict]:
+                      lengths: dict[str, list], experiment: ExperimentConfig,
+                      random_gains: dict[str, np.ndarray] | None = None,
+                      oracle: dict[str, tuple] | None = None) -> dict[str, dict]:
     """The artefact's rows: ``gains`` ``{label: [seeds, distances]}`` (:func:`copy_gains`),
     ``ce`` ``{label: [seeds, lengths]}`` (plain-text CE at ``lengths[label]``: the book's
     rows at the chapters' lengths, :func:`~catlib.experiment.grid.table_scores`; the study's at
-    their training length, :func:`~catlib.experiment.grid.scores`)."""
+    their training length, :func:`~catlib.experiment.grid.scores`); ``random_gains`` the
+    same test on random characters (``"copy_gain_random"``, the rows that have it);
+    ``oracle`` ``{"text": best, "random": best}``, each :func:`best_oracle`'s pair, as the
+    row :data:`ORACLE` (with ``"best_k"`` per distance)."""
+    d = sorted(distances)
+    by_distance = lambda g: {str(x): [float(v) for v in g[:, i]] for i, x in enumerate(d)}  # noqa: E731
     table = {}
     for label, g in gains.items():
         row = ex.ROWS[label]
         table[label] = {
-            "copy_gain": {str(d): [float(x) for x in g[:, i]] for i, d in enumerate(sorted(distances))},
+            "copy_gain": by_distance(g),
             "ce": {str(L): float(np.mean(ce[label][:, i])) for i, L in enumerate(lengths[label])},
             "blocks": experiment.study.study_blocks if row.study else experiment.model.blocks,
             "train": experiment.study.label() if row.study else "plain"}
+        if random_gains and label in random_gains:
+            table[label]["copy_gain_random"] = by_distance(random_gains[label])
+    if oracle:
+        (text, k_text), (rand, k_rand) = oracle["text"], oracle["random"]
+        table[ORACLE] = {"copy_gain": by_distance(text), "copy_gain_random": by_distance(rand),
+                         "best_k": {str(x): k for x, k in zip(d, k_text)},
+                         "best_k_random": {str(x): k for x, k in zip(d, k_rand)},
+                         "train": "none: counts of the input's own k-grams, k = 1-8"}
     return table
 
 
@@ -68,12 +89,39 @@ def kept_fraction(gains: np.ndarray, distances, near: int, far: int,
 
 
 def reference_distances(distances, train_length: int, multiples=(8, 16)) -> tuple[int, dict]:
-    """``(near, {m: far_m})``: the longest test distance within the training length (the
-    in-range reference; the shortest distance when none is), and for each multiple m the
-    test distance nearest to m times the training length."""
+    """``(near, {m: far_m})``: the in-range reference, the longest test distance whose
+    whole input [x ; x] fits the training length (2d - 1 <= T,
+    :func:`~catlib.measure.copying.in_range_distance`; the shortest distance when none
+    does), and for each multiple m the test distance nearest to m times the training
+    length. (Earlier builds took the longest distance below T: at T = 128, d = 100, whose
+    second copy runs to position 198, beyond the training length.)"""
+    from ..measure.copying import in_range_distance
+
     d = sorted(distances)
-    near = max([x for x in d if x < train_length] or d[:1])
+    near = max([x for x in d if x <= in_range_distance(train_length)] or d[:1])
     return near, {m: min(d, key=lambda x: abs(x - m * train_length)) for m in multiples}
+
+
+def oracle_ceiling(val, vocab_size: int, distances, passages: int,
+                   random_seed: int) -> dict[str, tuple[np.ndarray, list[int]]]:
+    """The k-gram copy oracle (k = 1-8) on the copy test's passages of ``val`` and on
+    random characters (``random_seed``), each as :func:`best_oracle`'s pair:
+    ``{"text": ..., "random": ...}``."""
+    from ..measure.copying import oracle_copy_gain
+
+    return {kind: best_oracle(oracle_copy_gain(val, vocab_size, distances, passages,
+                                               random_seed=seed), distances)
+            for kind, seed in (("text", None), ("random", random_seed))}
+
+
+def best_oracle(oracle: dict[int, dict[int, float]], distances) -> tuple[np.ndarray, list[int]]:
+    """The k-gram copy oracle's best gain at each distance and the k that gives it:
+    ``(gains [1, distances], [k per distance])`` from ``oracle`` ``{k: {distance: gain}}``
+    (:func:`catlib.measure.copying.oracle_copy_gain`); shaped as one seed of a row, so
+    that :func:`kept_fraction` reads it as it reads a model's."""
+    d = sorted(distances)
+    best_k = [max(oracle, key=lambda k: oracle[k][x]) for x in d]
+    return np.array([[oracle[k][x] for k, x in zip(best_k, d)]]), best_k
 
 
 def uses_context(gains: np.ndarray, distances, min_gain: float = MIN_GAIN) -> list[int]:

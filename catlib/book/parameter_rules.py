@@ -83,7 +83,7 @@ PARAMETERS: dict[str, Rule] = {
     "solver": Rule("str", choices=SOLVER_NAMES, example="rk4-classic"),
     "study_solver": Rule("str", choices=SOLVER_NAMES, example="euler"),
     "published_protocol": Rule("bool", example=True),
-    "diagnostics": Rule("bool", example=True),
+    "extra_rows": Rule("bool", example=True),
     "dropout": Rule("float", 0, high=1, example=0.0),
     "coeff_scale": _positive(1.0),
     "noise": Rule("float", 0, example=1.5),

@@ -130,12 +130,16 @@ CONTROLS = ("ALiBi inside the CAT block", "looped ALiBi baseline, scaled", "loop
 BEYOND = DISTANCE_KERNELS + DECAY_ANCHORED + ODE_CONSISTENT + CONTROLS
 # Rows that no verdict reads across seeds (earlier kernels, a diagnostic, the unscaled
 # loop whose failure is a finding): one seed each, the first of the chapter's seeds, so
-# that the book's training fits its time; none where the chapter's ``diagnostics`` is
-# False (the cpu profile: with chapter 10 the book's training would not fit 45 minutes).
+# that the book's training fits its time.
 DIAGNOSTIC = DISTANCE_KERNELS + ("looped ALiBi baseline",)
 STUDY_DIAGNOSTIC = ("far-head ALiBi CAT, published block, repeat",)
 # The study's kernel designed to copy far.
 FAR_COPY = "far-head ALiBi CAT, repeat"
+# Rows trained only where a chapter's ``extra_rows`` is True (smoke, paper; not cpu, whose
+# build must fit 45 minutes with chapter 10): the diagnostics, and the second kernel of
+# chapter 8's decay-anchored pair and of the study's CATs, which a verdict reads only
+# beside the first (the best of the pair; the study's best CAT).
+EXTRA = DIAGNOSTIC + STUDY_DIAGNOSTIC + ("ALiBi-prior CAT", "KERPLE-prior CAT, repeat")
 BASELINES = ("sinusoidal baseline", "RoPE baseline", "ALiBi baseline")
 STUDY = tuple(label for label, row in ROWS.items() if row.study)
 # The rows each experiment chapter trains (05: one seed of each variant's CAT and baseline;
@@ -191,6 +195,8 @@ FRONTIER_ROWS = (AS_STEPS, ROPE_LADDER, *FRONTIER_CATS, *EXTRA_EQUAL_COMPUTE, AS
 CHAPTER_ROWS["10_equal_compute"] = (
     "ALiBi baseline", "RoPE baseline", *FRONTIER_CATS, *COMPUTE_MATCHED, *EXTRA_EQUAL_COMPUTE,
     *FRONTIER_ONE_SEED)
+# The seed of the random-character passages of the study's copy test (the same for every model).
+RANDOM_PASSAGES_SEED = 0
 # Chapter 10's own rows: not copy-tested (no chapter reads their copy gains).
 NO_COPY_TEST = tuple(label for label in CHAPTER_ROWS["10_equal_compute"]
                      if label not in CHAPTER_ROWS["09_using_context"])
@@ -200,9 +206,9 @@ def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
     """The seeds of row ``label`` in ``chapter``, from the chapter's parameters: 05 its one
     ``seed``; 06 ``published_seeds`` for the published rows; 08 the first seed for the
     :data:`DIAGNOSTIC` rows; 09 the seeds 06 and 08 give the row (the study's: ``seeds``,
-    the first for :data:`STUDY_DIAGNOSTIC`); else ``seeds``. None for the diagnostic rows
-    when ``params["diagnostics"]`` is False."""
-    if label in DIAGNOSTIC + STUDY_DIAGNOSTIC and not params.get("diagnostics", True):
+    the first for :data:`STUDY_DIAGNOSTIC`); else ``seeds``. None for the :data:`EXTRA`
+    rows when ``params["extra_rows"]`` is False."""
+    if label in EXTRA and not params.get("extra_rows", True):
         return []
     if chapter == "05_training":
         return [params["seed"]]
@@ -304,7 +310,9 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                                   curve_windows=ev.curve_windows or ev.eval_windows,
                                   dropout_on=list(dropout_on or []) if row.published_dropout else [],
                                   copy=[list(copy[0]), copy[1]]
-                                  if copy and label not in NO_COPY_TEST else None)
+                                  if copy and label not in NO_COPY_TEST else None,
+                                  # the study's rows: also on random characters (chapter 9)
+                                  copy_random=bool(copy) and row.study)
             if label in FRONTIER_ROWS and curve:
                 first = seed == seeds_of(label)[0]
                 steps = sorted({*tc.checkpoints, tc.train_steps}) if first else [tc.train_steps]
@@ -390,6 +398,9 @@ def _train_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
         if spec.get("copy"):
             for model_key in tc.models:
                 run_copy_gain(run, model_key, corpus, *spec["copy"], spec["device"])
+                if spec.get("copy_random"):
+                    run_copy_gain(run, model_key, corpus, *spec["copy"], spec["device"],
+                                  random_seed=RANDOM_PASSAGES_SEED)
         if spec.get("ladder"):          # chapter 10's frontier points, scored in the pool
             from .frontier import ladder_ce
             lad = spec["ladder"]
@@ -432,9 +443,10 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
 
 
 def run_copy_gain(run: Run, model_key: str, corpus: Corpus, distances, passages: int,
-                  device=None) -> dict[int, float]:
+                  device=None, random_seed: int | None = None) -> dict[int, float]:
     """The copy gain ``{distance: gain}`` of one model of a run
-    (:func:`catlib.measure.copying.copy_gain` on the validation split), stored with the run like
+    (:func:`catlib.measure.copying.copy_gain` on the validation split, or with
+    ``random_seed`` on passages of random characters), stored with the run like
     :func:`position_curve`."""
     from ..measure.copying import copy_gain
 
@@ -446,8 +458,12 @@ def run_copy_gain(run: Run, model_key: str, corpus: Corpus, distances, passages:
     ident = {"weights": weights_digest({model_key: model}),
              "code": code_fingerprint() + code_fingerprint(("measure.copying",)),
              "distances": distances, "passages": passages}
-    gains = stored_with_run(run, f"copy-{model_key}.json", ident, lambda: {
-        str(d): g for d, g in copy_gain(model, corpus.val, distances, passages, device).items()})
+    name = f"copy-{model_key}.json"
+    if random_seed is not None:
+        ident["random_seed"], name = random_seed, f"copy-random-{model_key}.json"
+    gains = stored_with_run(run, name, ident, lambda: {
+        str(d): g for d, g in copy_gain(model, corpus.val, distances, passages, device,
+                                        random_seed, len(corpus.vocab)).items()})
     return {int(d): g for d, g in gains.items()}
 
 

@@ -127,11 +127,16 @@ def copy_ce(model: torch.nn.Module, x: torch.Tensor, device=None) -> tuple[np.nd
 
 
 def copy_gain(model: torch.nn.Module, val: torch.Tensor, distances=DISTANCES,
-              n: int = PASSAGES, device=None) -> dict[int, float]:
+              n: int = PASSAGES, device=None, random_seed: int | None = None,
+              vocab_size: int | None = None) -> dict[int, float]:
     """``{distance: gain}``: CE(first copy) - CE(second copy), mean over the ``n``
-    passages of :func:`passages` at each distance (nats per character)."""
+    passages of :func:`passages` at each distance (nats per character); with
+    ``random_seed``, over :func:`random_passages` of ``vocab_size`` ids instead."""
+    if random_seed is not None and vocab_size is None:
+        raise ValueError("random passages need vocab_size (the model's vocabulary size)")
     out = {}
     for d in distances:
-        first, second = copy_ce(model, passages(val, d, n), device)
+        x = passages(val, d, n) if random_seed is None else random_passages(vocab_size, d, n, random_seed)
+        first, second = copy_ce(model, x, device)
         out[int(d)] = float(np.mean(first - second))
     return out
