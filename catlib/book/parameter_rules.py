@@ -194,7 +194,7 @@ def check_parameters(values: dict, even_heads: bool = False) -> None:
     choices; that ``device`` names a device of this machine; that ``n_heads`` divides
     ``d_model`` (and ``split_n_heads`` ``split_d_model``); that ``split_val_every`` is at
     most ``split_steps``; that ``study_periods`` is [lo, hi] within ``seq`` and that
-    ``study_share`` of ``batch`` rounds to at least one repeated window; with
+    ``study_share`` of the study's batch rounds to at least one repeated window; with
     ``even_heads`` (a page that trains the RoPE baseline) that
     ``d_model / n_heads`` is even.
     """

@@ -12,9 +12,10 @@ A test that replaces one patches :mod:`.grid`, the module that looks it up.
 """
 from .grid import (BASELINES, BEYOND, CHAPTER_ROWS, CONTROLS, DECAY_ANCHORED,  # noqa: F401
                    DIAGNOSTIC, DISTANCE_KERNELS, EXTRA, FAR_COPY, HEADLINE, ODE_CONSISTENT,
-                   RANDOM_PASSAGES_SEED, ROWS, STUDY, STUDY_DIAGNOSTIC, TABLE_PARTS, Row, chapter_seeds, configs, dropout_on_rows,
-                   position_curve, row_configs, run_copy_gain, run_refinement, scores,
-                   table_scores, train_grid, train_rows, training_costs, window_cap, write_part)
+                   RANDOM_PASSAGES_SEED, ROWS, STUDY, STUDY_DIAGNOSTIC, TABLE_PARTS, Row,
+                   chapter_seeds, configs, dropout_on_rows, position_curve, row_configs,
+                   run_copy_gain, run_refinement, scores, table_scores, train_grid, train_rows,
+                   training_costs, window_cap, write_part)
 from .grid import (AS_LAYERS, AS_STEPS, CAT_LADDER, COMPUTE_MATCHED, EULER_CAT,  # noqa: F401
                    EXTRA_EQUAL_COMPUTE, FRONTIER_CATS, FRONTIER_ONE_SEED, LADDER, MATCHED,
                    NO_COPY_TEST, ROPE_LADDER, SCHEDULE_CHECK, runs_summary)
