@@ -203,8 +203,15 @@ def check_runs_cell(path: Path) -> None:
     assert not [line for line in lines if " run " in line], f"{path.name}: {lines[:5]}"
 
 
+# Two notebooks go through a kernel, as the runner runs them (the kernel, papermill and the
+# failed execution's one-line cause); the check cell of every notebook runs in this process
+# (test_every_notebooks_check_cell_stops_its_invalid_parameter): a kernel that imports torch
+# and catlib costs about 4 s of CPU, ten of them most of a minute of `make test`.
+IN_A_KERNEL = ("05_training", "09_using_context")
+
+
 @pytest.mark.slow("starts a kernel that imports torch and catlib before the check stops it")
-@pytest.mark.parametrize("name", sorted(INVALID))
+@pytest.mark.parametrize("name", IN_A_KERNEL)
 def test_invalid_parameter_stops_the_notebook_in_one_line(name, book_root):
     from catlib.book.errors import NotebookFailed
     changes, word = INVALID[name]
@@ -213,6 +220,28 @@ def test_invalid_parameter_stops_the_notebook_in_one_line(name, book_root):
     cause = err.value.cause
     assert cause.startswith("ParameterError: ") and word in cause and "\n" not in cause, cause
     assert "-p " in cause, cause
+
+
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_every_notebooks_check_cell_stops_its_invalid_parameter(name):
+    # The notebook's own cells, as papermill would run them: its parameters cell, the
+    # injected values, then its setup cell up to and including its check (the lines after
+    # it, which set up the device and load data, are not reached when the check stops).
+    import json
+    changes, word = INVALID[name]
+    cells = [("".join(c["source"]), c.get("metadata", {}).get("tags", []))
+             for c in json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+             if c["cell_type"] == "code"]
+    index = next(i for i, (_, tags) in enumerate(cells) if "parameters" in tags)
+    setup = cells[index + 1][0]
+    check = setup.index("page.check_parameters(globals()")
+    namespace: dict = {}
+    exec(cells[index][0], namespace)                                   # noqa: S102
+    namespace.update(_parameters(name, changes))
+    with pytest.raises(page.ParameterError) as err:
+        exec(setup[:setup.index("\n", check)], namespace)              # noqa: S102
+    message = str(err.value)
+    assert word in message and "\n" not in message and "-p " in message, message
 
 
 # ------------------------------------------------------------------ the book's own findings
