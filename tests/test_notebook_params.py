@@ -125,15 +125,20 @@ def test_every_profile_passes_the_check():
             page.check_parameters(values, even_heads=True)
 
 
+def _setup_cell(path: Path) -> str:
+    """The source of the code cell right after the notebook's ``parameters`` cell."""
+    import json
+    cells = [("".join(c["source"]), c.get("metadata", {}).get("tags", []))
+             for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+             if c["cell_type"] == "code"]
+    index = next(i for i, (_, tags) in enumerate(cells) if "parameters" in tags)
+    return cells[index + 1][0]
+
+
 def test_the_check_runs_before_setup_and_no_import_shadows_a_parameter():
     import ast
-    import json
     for path in NOTEBOOKS:
-        cells = [("".join(c["source"]), c.get("metadata", {}).get("tags", []))
-                 for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
-                 if c["cell_type"] == "code"]
-        index = next(i for i, (_, tags) in enumerate(cells) if "parameters" in tags)
-        setup = cells[index + 1][0]
+        setup = _setup_cell(path)
         assert "page.check_parameters(globals()" in setup.split("page.setup(device)")[0], path.name
         imported = {alias.asname or alias.name.split(".")[0]
                     for node in ast.walk(ast.parse(setup))
@@ -224,20 +229,14 @@ def test_invalid_parameter_stops_the_notebook_in_one_line(name, book_root):
 
 @pytest.mark.parametrize("name", sorted(INVALID))
 def test_every_notebooks_check_cell_stops_its_invalid_parameter(name):
-    # The notebook's own cells, as papermill would run them: its parameters cell, the
-    # injected values, then its setup cell up to and including its check (the lines after
+    # The notebook's own cells, as papermill would run them: its parameters' values, the
+    # injected ones, then its setup cell up to and including its check (the lines after
     # it, which set up the device and load data, are not reached when the check stops).
-    import json
     changes, word = INVALID[name]
-    cells = [("".join(c["source"]), c.get("metadata", {}).get("tags", []))
-             for c in json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
-             if c["cell_type"] == "code"]
-    index = next(i for i, (_, tags) in enumerate(cells) if "parameters" in tags)
-    setup = cells[index + 1][0]
+    path = ROOT / "notebooks" / f"{name}.ipynb"
+    setup = _setup_cell(path)
     check = setup.index("page.check_parameters(globals()")
-    namespace: dict = {}
-    exec(cells[index][0], namespace)                                   # noqa: S102
-    namespace.update(_parameters(name, changes))
+    namespace = {**notebook_parameters(path), **_parameters(name, changes)}
     with pytest.raises(page.ParameterError) as err:
         exec(setup[:setup.index("\n", check)], namespace)              # noqa: S102
     message = str(err.value)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..experiment import grid as ex
 from ..experiment.config import ExperimentConfig
+from ..measure.copying import in_range_distance, oracle_copy_gain
 
 # A mean copy gain below this (nats per character) counts as no copying, nothing to keep:
 # the two copies also differ at the junction, where the end of x meets its start.
@@ -95,8 +96,6 @@ def reference_distances(distances, train_length: int, multiples=(8, 16)) -> tupl
     does), and for each multiple m the test distance nearest to m times the training
     length. (Earlier builds took the longest distance below T: at T = 128, d = 100, whose
     second copy runs to position 198, beyond the training length.)"""
-    from ..measure.copying import in_range_distance
-
     d = sorted(distances)
     near = max([x for x in d if x <= in_range_distance(train_length)] or d[:1])
     return near, {m: min(d, key=lambda x: abs(x - m * train_length)) for m in multiples}
@@ -107,8 +106,6 @@ def oracle_ceiling(val, vocab_size: int, distances, passages: int,
     """The k-gram copy oracle (k = 1-8) on the copy test's passages of ``val`` and on
     random characters (``random_seed``), each as :func:`best_oracle`'s pair:
     ``{"text": ..., "random": ...}``."""
-    from ..measure.copying import oracle_copy_gain
-
     return {kind: best_oracle(oracle_copy_gain(val, vocab_size, distances, passages,
                                                random_seed=seed), distances)
             for kind, seed in (("text", None), ("random", random_seed))}
