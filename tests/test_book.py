@@ -266,43 +266,45 @@ def _probe(page: Path) -> dict:
     return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
 
 
-@pytest.mark.parametrize("page", ["book/method.html", "book/notebooks/02_quadrature.html"])
-def test_browser_typesets_math_and_loads_figures(page, tmp_path):
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory) -> dict:
+    """Every page of the built book (``book/*.html``, ``book/notebooks/*.html``) loaded once
+    in headless Chromium, in a copy of the site: ``{path under html/: (page's HTML, probe's
+    report)}``. One load a page for both checks below (a launch of Chromium costs about
+    2 s of CPU)."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is absent: the real-browser check needs Chromium "
                     f"(apt-get install -y chromium); skipped")
-    if not (HTML / page).exists():
-        pytest.skip(f"{HTML / page} is not built: run `make book-smoke` (or `make book`) first")
-    site = tmp_path / "html"
+    if not (HTML / "book" / "intro.html").exists():
+        pytest.skip("the book is not built: run `make book-smoke` (or `make book`) first")
+    site = tmp_path_factory.mktemp("browser") / "html"
     shutil.copytree(HTML, site)
-    report = _probe(site / page)
+    pages = sorted((site / "book").glob("*.html")) + sorted((site / "book" / "notebooks").glob("*.html"))
+    return {page.relative_to(site).as_posix(): (page.read_text(), _probe(page)) for page in pages}
+
+
+@pytest.mark.parametrize("page", ["book/method.html", "book/notebooks/02_quadrature.html"])
+def test_browser_typesets_math_and_loads_figures(page, probed):
+    assert page in probed, f"{page} is not in the built book: {sorted(probed)}"
+    report = probed[page][1]
     assert report["mathjax"], "MathJax did not start (is sphinx-mathjax-offline bundling it?)"
     assert report["math"] >= 5 and report["typeset"] == report["math"], report
     assert report["images"] >= 2 and report["loaded"] == report["images"], report
 
 
-def test_every_page_fits_1280_px(tmp_path):
+def test_every_page_fits_1280_px(probed):
     # Catches a table, code box or figure wider than the content column at 1,280 px (it
     # would scroll sideways or be cut off), papermill's injected cell shown, and a path of
     # the machine that built the page.
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is absent: the real-browser check needs Chromium; skipped")
-    if not (HTML / "book" / "intro.html").exists():
-        pytest.skip("the book is not built: run `make book-smoke` (or `make book`) first")
-    site = tmp_path / "html"
-    shutil.copytree(HTML, site)
-    pages = sorted((site / "book").glob("*.html")) + sorted((site / "book" / "notebooks").glob("*.html"))
-    assert len(pages) >= 10
+    assert len(probed) >= 10
     problems = {}
-    for page in pages:
-        text = page.read_text()
+    for name, (text, report) in probed.items():
         shown = re.sub(r"<[^>]+>", " ", text)
         injected = re.search(r'class="[^"]*tag_injected-parameters', text)
         paths = re.findall(r"(?:/tmp|/work|/root|/home)/[\w.-]+/", shown)
-        report = _probe(page)
         if report["pageScrolls"] or report["wide"] or injected or paths:
-            problems[page.name] = dict(scrolls=report["pageScrolls"], wide=report["wide"],
-                                       injected=bool(injected), paths=paths[:3])
+            problems[name] = dict(scrolls=report["pageScrolls"], wide=report["wide"],
+                                  injected=bool(injected), paths=paths[:3])
     assert not problems, problems
 
 

@@ -68,6 +68,13 @@ def test_the_extra_rows_are_trained_where_a_profile_asks_and_only_there():
         assert all(trained[label] for label in trained), profile      # no row with no seed
     p = {"seeds": [0, 1, 2], "extra_rows": False}
     assert ex.chapter_seeds("09_using_context", "ALiBi-prior CAT", p) == []
+    # The study rows that make room for the ODE-consistent far-head row: one seed in the
+    # cpu build, every seed where extra_rows is True; that row keeps every seed.
+    for label in ex.SEEDS_WITH_EXTRA:
+        assert ex.chapter_seeds("09_using_context", label, p) == [0], label
+        assert ex.chapter_seeds("09_using_context", label, {**p, "extra_rows": True}) == [0, 1, 2]
+    assert ex.chapter_seeds("09_using_context", ex.FAR_ODE, p) == [0, 1, 2]
+    assert ex.chapter_seeds("09_using_context", "ALiBi baseline, repeat", p) == [0, 1, 2]
     assert ex.chapter_seeds("08_beyond", "KERPLE-prior CAT", p) == [0, 1, 2]
 
 
@@ -133,22 +140,47 @@ def test_the_in_range_reference_fits_the_training_length():
     # Catches the earlier rule (the longest distance below T: 100 at T = 128, whose second
     # copy runs to position 198).
     near, far = cu.reference_distances([32, 64, 100, 400, 1000, 2000], 128)
-    assert near == 64 and far == {8: 1000, 16: 2000}
+    assert near == 64 and far == {8: 1000, 16: 2000}     # no 32x: nothing near 4096
     assert cu.reference_distances([32, 100, 400], 128)[0] == 32
+    assert cu.reference_distances([32, 100, 128, 400, 1000, 2000, 4000], 128)[1] == {8: 1000, 16: 2000, 32: 4000}
+
+
+def test_kept_by_seed_divides_each_seeds_gains():
+    gains = np.array([[0.4, 0.2], [0.5, 0.45], [0.001, 0.3]])
+    kept = cu.kept_by_seed(gains, [64, 2000], 64, 2000)
+    assert kept[:2] == pytest.approx([0.5, 0.9]) and np.isnan(kept[2])   # nothing to keep
 
 
 def test_best_oracle_takes_the_best_k_per_distance_and_reaches_the_artefact():
     oracle = {1: {32: 0.5, 64: 0.1}, 4: {32: 0.4, 64: 0.3}}
-    gains, ks = cu.best_oracle(oracle, [64, 32])
-    assert ks == [1, 4] and gains.tolist() == [[0.5, 0.3]]
+    gains, ks, by_k = cu.best_oracle(oracle, [64, 32])
+    assert ks == [1, 4] and gains.tolist() == [[0.5, 0.3]] and by_k is oracle
     assert cu.kept_fraction(gains, [32, 64], 32, 64) == pytest.approx(0.6)
     experiment = ExperimentConfig.from_parameters(dict(SHARED, **STUDY, seeds=[0]))
     g = {"ALiBi baseline, repeat": np.array([[0.8, 0.1]])}
     table = cu.context_use_table(g, {"ALiBi baseline, repeat": np.array([[1.9]])}, [32, 64],
                                  {"ALiBi baseline, repeat": [16]}, experiment,
                                  random_gains={"ALiBi baseline, repeat": np.array([[0.9, 0.7]])},
-                                 oracle={"text": (gains, ks), "random": (gains * 2, [8, 8])})
+                                 oracle={"text": (gains, ks, oracle),
+                                         "random": (gains * 2, [8, 8], oracle)},
+                                 drift={"ALiBi baseline, repeat": np.array([0.002])})
     assert table["ALiBi baseline, repeat"]["copy_gain_random"] == {"32": [0.9], "64": [0.7]}
     row = table[cu.ORACLE]
     assert row["copy_gain"] == {"32": [0.5], "64": [0.3]} and row["best_k"] == {"32": 1, "64": 4}
     assert row["copy_gain_random"] == {"32": [1.0], "64": [0.6]}
+    assert row["copy_gain_by_k"] == {"1": {"32": 0.5, "64": 0.1}, "4": {"32": 0.4, "64": 0.3}}
+    assert table["ALiBi baseline, repeat"]["drift"] == [0.002]
+
+
+def test_the_moonshot_is_met_only_by_a_seed_meeting_every_target():
+    # Catches a verdict that reads the mean instead of the seed, lets a missing 32x pass,
+    # or forgets the CE or the drift condition.
+    d, far = [64, 2000, 4000], {16: 2000, 32: 4000}
+    gains = np.array([[1.0, 0.95, 0.80], [1.0, 0.95, 0.70], [1.0, 0.95, 0.80], [0.001, 0.5, 0.5]])
+    ce, drift = np.array([[1.90], [1.90], [1.95], [1.90]]), np.array([0.001, 0.001, 0.001, 0.02])
+    seeds = cu.moonshot_seeds(gains, ce, drift, d, 64, far, {16: 1.0, 32: 0.5}, alibi_ce=1.92)
+    assert [s["misses"] for s in seeds] == [[], ["32×"], ["CE"], ["16×", "32×", "drift"]]
+    assert seeds[0]["kept"] == pytest.approx({16: 0.95, 32: 0.80})
+    assert seeds[0]["of_oracle"] == pytest.approx({16: 0.95, 32: 1.60})
+    untested = cu.moonshot_seeds(gains[:1], ce[:1], drift[:1], d, 64, {16: 2000}, {16: 1.0}, 1.92)
+    assert untested[0]["misses"] == ["32×"] and 32 not in untested[0]["kept"]

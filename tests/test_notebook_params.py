@@ -1,8 +1,10 @@
 """The notebooks run for any valid parameters and stop an invalid one in their parameters' check.
 
-Each notebook is executed (papermill, as the book's runner does: :func:`catlib.book.execution.execute`)
-with parameter sets that no profile uses (small, large-ish, odd), starting from the smoke
-profile so that each run stays at smoke cost, and must run to its end: a finding that
+Each notebook is executed with parameter sets that no profile uses (small, large-ish, odd),
+starting from the smoke profile so that each run stays at smoke cost, and must run to its
+end (in this process, cell by cell as papermill runs it: :func:`_execute_here`; the kernel
+path, :func:`catlib.book.execution.execute`, runs every notebook in ``make book-smoke``
+and two invalid parameters here): a finding that
 depends on the parameters is stated in glued words, never asserted. One invalid parameter
 per notebook must stop it in :func:`catlib.book.page.check_parameters` with one line naming the
 parameter and the fix. What the book's own profiles must show (what the notebooks' asserts
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,6 +112,56 @@ def _execute(name: str, changes: dict, root: Path) -> None:
     execute(name, _parameters(name, changes), ROOT / "notebooks", root / "notebooks", timeout=600)
 
 
+def _execute_here(name: str, changes: dict, root: Path, monkeypatch) -> list[str]:
+    """The notebook's code cells run in this process as papermill runs them in a kernel:
+    an IPython shell with a fresh namespace, the parameters cell and then the injected
+    values, each cell's display kept apart from what it prints, the working directory
+    ``root/notebooks``, the build log in a file. Returns what each code cell printed. A kernel that imports torch and
+    catlib costs about 3 s of CPU (measured: 01 at smoke sizes, 4.8 s in a kernel, 1.6 s
+    here); the kernel itself is tested by ``make book-smoke`` (every notebook) and by
+    :func:`test_invalid_parameter_stops_the_notebook_in_one_line`. What a notebook changes
+    in this process (the RNGs, torch's threads, open figures) is put back."""
+    import random
+
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import torch
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate(),
+             torch.get_num_threads())
+    # The shell puts its own namespace in as sys.modules["__main__"] (which lacks __spec__:
+    # the next test's spawned workers would fail to start) and its hooks: taken back after.
+    main, hooks = sys.modules["__main__"], (sys.displayhook, sys.excepthook)
+    from catlib.book.execution import BUILD_LOG_ENV
+
+    monkeypatch.chdir(root / "notebooks")
+    monkeypatch.setenv(BUILD_LOG_ENV, str(root / "build.log"))   # as the runner sets it
+    shell = InteractiveShell.instance()
+    sys.modules["__main__"] = shell.user_module
+    shell.reset(new_session=False)
+    shell.user_ns["__spec__"] = None      # as a kernel's __main__ has it (a spawned worker reads it)
+    printed = []
+    try:
+        for cell in json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            with capture_output() as out:
+                result = shell.run_cell("".join(cell["source"]), silent=True)  # no Out[n] printed
+            assert result.success, f"{name}: {result.error_before_exec or result.error_in_exec!r}\n{out.stdout[-3000:]}"
+            printed.append(out.stdout)
+            if "parameters" in cell.get("metadata", {}).get("tags", []):
+                shell.user_ns.update(_parameters(name, changes))
+    finally:
+        shell.reset(new_session=False)
+        sys.modules["__main__"], (sys.displayhook, sys.excepthook) = main, hooks
+        plt.close("all")
+        torch.set_rng_state(saved[0]), np.random.set_state(saved[1]), random.setstate(saved[2])
+        torch.set_num_threads(saved[3])
+    return printed
+
+
 # ------------------------------------------------------------------ the check itself (no kernel)
 
 def test_every_parameter_of_every_notebook_has_a_rule():
@@ -176,36 +229,36 @@ def test_valid_odd_parameters_pass_and_even_heads_is_asked_for():
 
 # ------------------------------------------------------------------ the notebooks executed
 
-@pytest.mark.slow("executes the notebook in a kernel; 05, 06, 08 and 09 train their rows")
+@pytest.mark.slow("executes the notebook; 05, 06, 08, 09 and 10 train their rows")
 @pytest.mark.parametrize("name, changes", [
     pytest.param(n, c, id=f"{n}-{','.join(map(str, c))}",
                  marks=[pytest.mark.xdist_group("shared-runs")] if n in SHARED_RUNS else [])
     for n, cases in VALID.items() for c in cases])
-def test_notebook_runs_to_its_end_with_other_parameters(name, changes, request):
+def test_notebook_runs_to_its_end_with_other_parameters(name, changes, request, monkeypatch):
     root = request.getfixturevalue("shared_root" if name in SHARED_RUNS else "book_root")
-    _execute(name, changes, root)
-    assert (root / "notebooks" / f"{name}.ipynb").is_file()
+    printed = _execute_here(name, changes, root, monkeypatch)
     if name in ex.CHAPTER_ROWS:
-        check_runs_cell(root / "notebooks" / f"{name}.ipynb")
+        check_runs_cell(name, printed)
 
 
 SUMMARY = re.compile(r"^\d+ rows, \d+ row-seed pairs, \d+ runs: \d+ trained here, \d+ reused")
 
 
-def check_runs_cell(path: Path) -> None:
-    """The cell of an executed chapter that trains or reuses its runs prints one summary
-    line on the page (05 adds its runs' published progress lines), never the run log: one
-    line per run, which goes to the build log (:func:`catlib.book.page.build_log`)."""
-    cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
-             if c["cell_type"] == "code" and re.search(r"\bex\.train_(rows|grid)\(", "".join(c["source"]))]
-    assert len(cells) == 1, f"{path.name}: {len(cells)} runs cells"
-    text = "".join("".join(o.get("text", "")) for o in cells[0]["outputs"]
-                   if o.get("output_type") == "stream")
-    lines = text.splitlines()
-    assert lines and SUMMARY.match(lines[0]), f"{path.name}: the runs cell printed {lines[:5]}"
-    if path.stem != "05_training":
-        assert len(lines) == 1, f"{path.name}: the runs cell printed {len(lines)} lines: {lines[:5]}"
-    assert not [line for line in lines if " run " in line], f"{path.name}: {lines[:5]}"
+def check_runs_cell(name: str, printed: list[str]) -> None:
+    """The cell of a chapter that trains or reuses its runs prints one summary line on the
+    page (05 adds its runs' published progress lines), never the run log: one line per
+    run, which goes to the build log (:func:`catlib.book.page.build_log`). ``printed``:
+    what each code cell printed (:func:`_execute_here`)."""
+    sources = ["".join(c["source"]) for c in
+               json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+               if c["cell_type"] == "code"]
+    cells = [i for i, source in enumerate(sources) if re.search(r"\bex\.train_(rows|grid)\(", source)]
+    assert len(cells) == 1, f"{name}: {len(cells)} runs cells"
+    lines = printed[cells[0]].splitlines()
+    assert lines and SUMMARY.match(lines[0]), f"{name}: the runs cell printed {lines[:5]}"
+    if name != "05_training":
+        assert len(lines) == 1, f"{name}: the runs cell printed {len(lines)} lines: {lines[:5]}"
+    assert not [line for line in lines if " run " in line], f"{name}: {lines[:5]}"
 
 
 # Two notebooks go through a kernel, as the runner runs them (the kernel, papermill and the

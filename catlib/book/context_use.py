@@ -48,14 +48,17 @@ ORACLE = "k-gram copy oracle"     # its row in the artefact
 def context_use_table(gains: dict[str, np.ndarray], ce: dict[str, np.ndarray], distances,
                       lengths: dict[str, list], experiment: ExperimentConfig,
                       random_gains: dict[str, np.ndarray] | None = None,
-                      oracle: dict[str, tuple] | None = None) -> dict[str, dict]:
+                      oracle: dict[str, tuple] | None = None,
+                      drift: dict[str, np.ndarray] | None = None) -> dict[str, dict]:
     """The artefact's rows: ``gains`` ``{label: [seeds, distances]}`` (:func:`copy_gains`),
     ``ce`` ``{label: [seeds, lengths]}`` (plain-text CE at ``lengths[label]``: the book's
     rows at the chapters' lengths, :func:`~catlib.experiment.grid.table_scores`; the study's at
     their training length, :func:`~catlib.experiment.grid.scores`); ``random_gains`` the
     same test on random characters (``"copy_gain_random"``, the rows that have it);
-    ``oracle`` ``{"text": best, "random": best}``, each :func:`best_oracle`'s pair, as the
-    row :data:`ORACLE` (with ``"best_k"`` per distance)."""
+    ``oracle`` ``{"text": best, "random": best}``, each :func:`best_oracle`'s triple, as the
+    row :data:`ORACLE` (with ``"best_k"`` per distance and the gain of every k at every
+    distance); ``drift`` ``{label: [seeds]}``: the refinement test's drift of the CATs that
+    have one (:func:`~catlib.measure.refinement.refinement`)."""
     d = sorted(distances)
     by_distance = lambda g: {str(x): [float(v) for v in g[:, i]] for i, x in enumerate(d)}  # noqa: E731
     table = {}
@@ -68,11 +71,15 @@ def context_use_table(gains: dict[str, np.ndarray], ce: dict[str, np.ndarray], d
             "train": experiment.study.label() if row.study else "plain"}
         if random_gains and label in random_gains:
             table[label]["copy_gain_random"] = by_distance(random_gains[label])
+        if drift and label in drift:
+            table[label]["drift"] = [float(v) for v in drift[label]]
     if oracle:
-        (text, k_text), (rand, k_rand) = oracle["text"], oracle["random"]
+        (text, k_text, by_k), (rand, k_rand, by_k_rand) = oracle["text"], oracle["random"]
+        every_k = lambda o: {str(k): {str(x): float(o[k][x]) for x in d} for k in sorted(o)}  # noqa: E731
         table[ORACLE] = {"copy_gain": by_distance(text), "copy_gain_random": by_distance(rand),
                          "best_k": {str(x): k for x, k in zip(d, k_text)},
                          "best_k_random": {str(x): k for x, k in zip(d, k_rand)},
+                         "copy_gain_by_k": every_k(by_k), "copy_gain_random_by_k": every_k(by_k_rand),
                          "train": "none: counts of the input's own k-grams, k = 1-8"}
     return table
 
@@ -89,36 +96,82 @@ def kept_fraction(gains: np.ndarray, distances, near: int, far: int,
     return float(g_far.mean() / g_near.mean())
 
 
-def reference_distances(distances, train_length: int, multiples=(8, 16)) -> tuple[int, dict]:
+def reference_distances(distances, train_length: int, multiples=(8, 16),
+                        optional=(32,)) -> tuple[int, dict]:
     """``(near, {m: far_m})``: the in-range reference, the longest test distance whose
     whole input [x ; x] fits the training length (2d - 1 <= T,
     :func:`~catlib.measure.copying.in_range_distance`; the shortest distance when none
     does), and for each multiple m the test distance nearest to m times the training
-    length. (Earlier builds took the longest distance below T: at T = 128, d = 100, whose
+    length; for each of the ``optional`` multiples only where a test distance lies
+    within a quarter of m times the training length (32: the cpu profile stops at 16x).
+    (Earlier builds took the longest distance below T: at T = 128, d = 100, whose
     second copy runs to position 198, beyond the training length.)"""
     d = sorted(distances)
     near = max([x for x in d if x <= in_range_distance(train_length)] or d[:1])
-    return near, {m: min(d, key=lambda x: abs(x - m * train_length)) for m in multiples}
+    nearest = lambda m: min(d, key=lambda x: abs(x - m * train_length))  # noqa: E731
+    far = {m: nearest(m) for m in multiples}
+    far.update({m: nearest(m) for m in optional
+                if abs(nearest(m) - m * train_length) <= m * train_length / 4})
+    return near, far
+
+
+def kept_by_seed(gains: np.ndarray, distances, near: int, far: int,
+                 min_gain: float = MIN_GAIN) -> np.ndarray:
+    """``[seeds]``: each seed's gain(far) / gain(near), from ``gains [seeds, distances]``;
+    nan for a seed whose gain at ``near`` is below ``min_gain`` (nothing to keep).
+    :func:`kept_fraction` divides the means; a target met "in every seed" reads these."""
+    d = sorted(distances)
+    g_near, g_far = gains[:, d.index(near)], gains[:, d.index(far)]
+    return np.where(g_near >= min_gain, g_far / np.where(g_near >= min_gain, g_near, 1.0), np.nan)
+
+
+# Issue 32's moonshot: at least this share of the in-range copy gain kept at m times the
+# training length in every seed, with plain-text CE at most MOONSHOT_CE above the study's
+# ALiBi row and a refinement drift of at most MOONSHOT_DRIFT (an ODE).
+MOONSHOT = {16: 0.90, 32: 0.75}
+MOONSHOT_CE, MOONSHOT_DRIFT = 0.02, 0.01
+
+
+def moonshot_seeds(gains: np.ndarray, ce: np.ndarray, drift: np.ndarray, distances, near: int,
+                   far: dict, oracle_kept: dict, alibi_ce: float) -> list[dict]:
+    """One verdict per seed of a CAT row: ``{"kept": {m: fraction}, "of_oracle": {m:
+    fraction / the oracle's}, "ce_gap", "drift", "misses": [what it missed]}`` for every
+    target m of :data:`MOONSHOT` that ``far`` ({m: distance}) tests (a target it does not
+    test is a miss, "m×"). ``gains [seeds, distances]``, ``ce [seeds, 1]`` (plain text, at
+    the training length), ``drift [seeds]``; ``oracle_kept`` {m: the k-gram oracle's kept
+    fraction}. A seed with no in-range copying keeps nan, a miss."""
+    out = []
+    for i in range(len(gains)):
+        kept = {m: float(kept_by_seed(gains[i:i + 1], distances, near, far[m])[0])
+                for m in MOONSHOT if m in far}
+        of_oracle = {m: k / oracle_kept[m] if oracle_kept[m] > 0 else float("nan")
+                     for m, k in kept.items()}
+        gap, d = float(ce[i, 0] - alibi_ce), float(drift[i])
+        misses = [f"{m}×" for m, target in MOONSHOT.items() if not kept.get(m, np.nan) >= target]
+        misses += ["CE"] * (not gap <= MOONSHOT_CE) + ["drift"] * (not abs(d) <= MOONSHOT_DRIFT)
+        out.append(dict(kept=kept, of_oracle=of_oracle, ce_gap=gap, drift=d, misses=misses))
+    return out
 
 
 def oracle_ceiling(val, vocab_size: int, distances, passages: int,
-                   random_seed: int) -> dict[str, tuple[np.ndarray, list[int]]]:
+                   random_seed: int) -> dict[str, tuple[np.ndarray, list[int], dict]]:
     """The k-gram copy oracle (k = 1-8) on the copy test's passages of ``val`` and on
-    random characters (``random_seed``), each as :func:`best_oracle`'s pair:
+    random characters (``random_seed``), each as :func:`best_oracle`'s triple:
     ``{"text": ..., "random": ...}``."""
     return {kind: best_oracle(oracle_copy_gain(val, vocab_size, distances, passages,
                                                random_seed=seed), distances)
             for kind, seed in (("text", None), ("random", random_seed))}
 
 
-def best_oracle(oracle: dict[int, dict[int, float]], distances) -> tuple[np.ndarray, list[int]]:
+def best_oracle(oracle: dict[int, dict[int, float]], distances) -> tuple[np.ndarray, list[int], dict]:
     """The k-gram copy oracle's best gain at each distance and the k that gives it:
-    ``(gains [1, distances], [k per distance])`` from ``oracle`` ``{k: {distance: gain}}``
-    (:func:`catlib.measure.copying.oracle_copy_gain`); shaped as one seed of a row, so
-    that :func:`kept_fraction` reads it as it reads a model's."""
+    ``(gains [1, distances], [k per distance], oracle)`` from ``oracle`` ``{k: {distance:
+    gain}}`` (:func:`catlib.measure.copying.oracle_copy_gain`, kept whole for the
+    artefact); the gains shaped as one seed of a row, so that :func:`kept_fraction` reads
+    them as it reads a model's."""
     d = sorted(distances)
     best_k = [max(oracle, key=lambda k: oracle[k][x]) for x in d]
-    return np.array([[oracle[k][x] for k, x in zip(best_k, d)]]), best_k
+    return np.array([[oracle[k][x] for k, x in zip(best_k, d)]]), best_k, oracle
 
 
 def uses_context(gains: np.ndarray, distances, min_gain: float = MIN_GAIN) -> list[int]:

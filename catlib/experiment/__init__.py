@@ -11,8 +11,8 @@ The grid's names are importable from here (``from catlib import experiment as ex
 A test that replaces one patches :mod:`.grid`, the module that looks it up.
 """
 from .grid import (BASELINES, BEYOND, CHAPTER_ROWS, CONTROLS, DECAY_ANCHORED,  # noqa: F401
-                   DIAGNOSTIC, DISTANCE_KERNELS, EXTRA, FAR_COPY, HEADLINE, ODE_CONSISTENT,
-                   RANDOM_PASSAGES_SEED, ROWS, STUDY, STUDY_DIAGNOSTIC, TABLE_PARTS, Row,
+                   DIAGNOSTIC, DISTANCE_KERNELS, EXTRA, FAR_COPY, FAR_ODE, HEADLINE, ODE_CONSISTENT,
+                   RANDOM_PASSAGES_SEED, ROWS, SEEDS_WITH_EXTRA, STUDY, STUDY_DIAGNOSTIC, TABLE_PARTS, Row,
                    chapter_seeds, configs, dropout_on_rows, position_curve, row_configs,
                    run_copy_gain, run_refinement, scores, table_scores, train_grid, train_rows,
                    training_costs, window_cap, write_part)

@@ -112,6 +112,12 @@ ROWS: dict[str, Row] = {a.label: a for a in (
     Row("far-head ALiBi CAT, repeat", "causal", "cat", "90/10",
         (("kernel", "alibi-prior"), ("far_heads", 2), ("attention_residual", True)), ("cat",),
         study=True),
+    # The same kernel trained so that its depth is an ODE, as chapter 8's ODE-consistent
+    # row: classical RK4 with one or two steps drawn per training step, evaluated with two.
+    Row("far-head ALiBi CAT, ODE-consistent, repeat", "causal", "cat", "90/10",
+        (("kernel", "alibi-prior"), ("far_heads", 2), ("attention_residual", True),
+         ("solver", "rk4-classic"), ("solver_steps", 2), ("train_solver_steps", (1, 2))),
+        ("cat",), study=True),
     # A diagnostic (one seed): the designed kernel in the published block (attention
     # reaches the state only through the feed-forward network).
     Row("far-head ALiBi CAT, published block, repeat", "causal", "cat", "90/10",
@@ -133,13 +139,21 @@ BEYOND = DISTANCE_KERNELS + DECAY_ANCHORED + ODE_CONSISTENT + CONTROLS
 # that the book's training fits its time.
 DIAGNOSTIC = DISTANCE_KERNELS + ("looped ALiBi baseline",)
 STUDY_DIAGNOSTIC = ("far-head ALiBi CAT, published block, repeat",)
-# The study's kernel designed to copy far.
+# The study's kernel designed to copy far (with the study's solver), and the same kernel
+# trained ODE-consistent (issue 32: the row whose copying the chapter's targets read).
 FAR_COPY = "far-head ALiBi CAT, repeat"
+FAR_ODE = "far-head ALiBi CAT, ODE-consistent, repeat"
 # Rows trained only where a chapter's ``extra_rows`` is True (smoke, paper; not cpu, whose
 # build must fit 45 minutes with chapter 10): the diagnostics, and the second kernel of
 # chapter 8's decay-anchored pair and of the study's CATs, which a verdict reads only
 # beside the first (the best of the pair; the study's best CAT).
 EXTRA = DIAGNOSTIC + STUDY_DIAGNOSTIC + ("ALiBi-prior CAT", "KERPLE-prior CAT, repeat")
+# Study rows trained over the seeds only where ``extra_rows`` is True, else on the first
+# seed: they make room in the cpu build for the three seeds of FAR_ODE (about five times
+# an Euler row's training per seed), whose verdicts are read over the seeds; these rows'
+# are read beside it (the same kernel with one Euler step, the kernel without far heads,
+# the RoPE baseline that does not copy beyond the training length).
+SEEDS_WITH_EXTRA = (FAR_COPY, "ALiBi-prior CAT, repeat", "RoPE baseline, repeat")
 BASELINES = ("sinusoidal baseline", "RoPE baseline", "ALiBi baseline")
 STUDY = tuple(label for label, row in ROWS.items() if row.study)
 # The rows each experiment chapter trains (05: one seed of each variant's CAT and baseline;
@@ -207,9 +221,12 @@ def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
     ``seed``; 06 ``published_seeds`` for the published rows; 08 the first seed for the
     :data:`DIAGNOSTIC` rows; 09 the seeds 06 and 08 give the row (the study's: ``seeds``,
     the first for :data:`STUDY_DIAGNOSTIC`); else ``seeds``. None for the :data:`EXTRA`
-    rows when ``params["extra_rows"]`` is False."""
+    rows when ``params["extra_rows"]`` is False, the first seed for
+    :data:`SEEDS_WITH_EXTRA`."""
     if label in EXTRA and not params.get("extra_rows", True):
         return []
+    if label in SEEDS_WITH_EXTRA and not params.get("extra_rows", True):
+        return list(params["seeds"][:1])
     if chapter == "05_training":
         return [params["seed"]]
     if chapter == "09_using_context" and not ROWS[label].study:
