@@ -185,3 +185,7 @@ def test_the_moonshot_is_met_only_by_a_seed_meeting_every_target():
     assert seeds[0]["of_oracle"] == pytest.approx({16: 0.95, 32: 1.60})
     untested = cu.moonshot_seeds(gains[:1], ce[:1], drift[:1], d, 64, {16: 2000}, {16: 1.0}, 1.92)
     assert untested[0]["misses"] == ["32×"] and 32 not in untested[0]["kept"]
+    table = cu.moonshot_markdown({"a": ([0, 1], seeds[:2]), "b": ([0], untested)},
+                                 {"a": 6.5, "b": 1.2}, {16: 2000}).splitlines()
+    assert len(table) == 2 + 3 and table[2].endswith("| met |") and "missed (32×)" in table[3]
+    assert "not tested" in table[4] and "| 6.5 |" in table[2] and "| 95% | 95% |" in table[2]

@@ -153,6 +153,29 @@ def moonshot_seeds(gains: np.ndarray, ce: np.ndarray, drift: np.ndarray, distanc
     return out
 
 
+def moonshot_markdown(verdicts: dict[str, tuple[list, list[dict]]], flops_x: dict[str, float],
+                      far: dict) -> str:
+    """The moonshot's table: one line per row and seed. ``verdicts`` {row name: (seeds,
+    :func:`moonshot_seeds` of the row)}; ``flops_x`` {row name: training FLOPs over the
+    study's ALiBi baseline's}; ``far`` {m: distance} (a target it lacks: "not tested")."""
+    from ..common.formatting import md_table, signed
+    pct = lambda v: f"{v:.0%}" if np.isfinite(v) else "–"                          # noqa: E731
+    header = ["row", "seed", "training FLOPs × ALiBi"]
+    for m, target in MOONSHOT.items():
+        header += [f"kept at {m}×" + (f" ({far[m]})" if m in far else "") + f", target {target:.0%}",
+                   "of the oracle's"]
+    header += [f"CE − ALiBi (≤ {MOONSHOT_CE:+g})", f"drift (≤ {MOONSHOT_DRIFT:g})", "verdict"]
+    rows = []
+    for name, (seeds, seed_verdicts) in verdicts.items():
+        for s, v in zip(seeds, seed_verdicts):
+            kept = sum(([pct(v["kept"][m]), pct(v["of_oracle"][m])] if m in far else ["not tested", "–"]
+                        for m in MOONSHOT), [])
+            verdict = "met" if not v["misses"] else "missed (" + ", ".join(v["misses"]) + ")"
+            rows.append([name, str(s), f"{flops_x[name]:.1f}", *kept, signed(v["ce_gap"]),
+                         signed(v["drift"], 4), verdict])
+    return md_table(header, rows, "llr" + "rr" * len(MOONSHOT) + "rrl")
+
+
 def oracle_ceiling(val, vocab_size: int, distances, passages: int,
                    random_seed: int) -> dict[str, tuple[np.ndarray, list[int], dict]]:
     """The k-gram copy oracle (k = 1-8) on the copy test's passages of ``val`` and on
