@@ -116,9 +116,10 @@ def _execute_here(name: str, changes: dict, root: Path, monkeypatch) -> list[str
     """The notebook's code cells run in this process as papermill runs them in a kernel:
     an IPython shell with a fresh namespace, the parameters cell and then the injected
     values, each cell's display kept apart from what it prints, the working directory
-    ``root/notebooks``, the build log in a file. Returns what each code cell printed. A kernel that imports torch and
-    catlib costs about 3 s of CPU (measured: 01 at smoke sizes, 4.8 s in a kernel, 1.6 s
-    here); the kernel itself is tested by ``make book-smoke`` (every notebook) and by
+    ``root/notebooks``, the build log in a file. Returns what each code cell printed. A
+    kernel that imports torch and catlib costs about 3 s of CPU (measured: 01 at smoke
+    sizes, 4.8 s in a kernel, 1.6 s here); the kernel itself is tested by ``make
+    book-smoke`` (every notebook) and by
     :func:`test_invalid_parameter_stops_the_notebook_in_one_line`. What a notebook changes
     in this process (the RNGs, torch's threads, open figures) is put back."""
     import random
@@ -129,13 +130,13 @@ def _execute_here(name: str, changes: dict, root: Path, monkeypatch) -> list[str
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
+    from catlib.book.execution import BUILD_LOG_ENV
+
     saved = (torch.get_rng_state(), np.random.get_state(), random.getstate(),
              torch.get_num_threads())
     # The shell puts its own namespace in as sys.modules["__main__"] (which lacks __spec__:
     # the next test's spawned workers would fail to start) and its hooks: taken back after.
     main, hooks = sys.modules["__main__"], (sys.displayhook, sys.excepthook)
-    from catlib.book.execution import BUILD_LOG_ENV
-
     monkeypatch.chdir(root / "notebooks")
     monkeypatch.setenv(BUILD_LOG_ENV, str(root / "build.log"))   # as the runner sets it
     shell = InteractiveShell.instance()
@@ -144,14 +145,12 @@ def _execute_here(name: str, changes: dict, root: Path, monkeypatch) -> list[str
     shell.user_ns["__spec__"] = None      # as a kernel's __main__ has it (a spawned worker reads it)
     printed = []
     try:
-        for cell in json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]:
-            if cell["cell_type"] != "code":
-                continue
+        for source, tags in _code_cells(ROOT / "notebooks" / f"{name}.ipynb"):
             with capture_output() as out:
-                result = shell.run_cell("".join(cell["source"]), silent=True)  # no Out[n] printed
+                result = shell.run_cell(source, silent=True)                  # no Out[n] printed
             assert result.success, f"{name}: {result.error_before_exec or result.error_in_exec!r}\n{out.stdout[-3000:]}"
             printed.append(out.stdout)
-            if "parameters" in cell.get("metadata", {}).get("tags", []):
+            if "parameters" in tags:
                 shell.user_ns.update(_parameters(name, changes))
     finally:
         shell.reset(new_session=False)
@@ -178,12 +177,16 @@ def test_every_profile_passes_the_check():
             page.check_parameters(values, even_heads=True)
 
 
+def _code_cells(path: Path) -> list[tuple[str, list]]:
+    """``(source, tags)`` of each code cell of the notebook at ``path``, in order."""
+    return [("".join(c["source"]), c.get("metadata", {}).get("tags", []))
+            for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+            if c["cell_type"] == "code"]
+
+
 def _setup_cell(path: Path) -> str:
     """The source of the code cell right after the notebook's ``parameters`` cell."""
-    import json
-    cells = [("".join(c["source"]), c.get("metadata", {}).get("tags", []))
-             for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
-             if c["cell_type"] == "code"]
+    cells = _code_cells(path)
     index = next(i for i, (_, tags) in enumerate(cells) if "parameters" in tags)
     return cells[index + 1][0]
 
@@ -249,10 +252,8 @@ def check_runs_cell(name: str, printed: list[str]) -> None:
     page (05 adds its runs' published progress lines), never the run log: one line per
     run, which goes to the build log (:func:`catlib.book.page.build_log`). ``printed``:
     what each code cell printed (:func:`_execute_here`)."""
-    sources = ["".join(c["source"]) for c in
-               json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
-               if c["cell_type"] == "code"]
-    cells = [i for i, source in enumerate(sources) if re.search(r"\bex\.train_(rows|grid)\(", source)]
+    cells = [i for i, (source, _) in enumerate(_code_cells(ROOT / "notebooks" / f"{name}.ipynb"))
+             if re.search(r"\bex\.train_(rows|grid)\(", source)]
     assert len(cells) == 1, f"{name}: {len(cells)} runs cells"
     lines = printed[cells[0]].splitlines()
     assert lines and SUMMARY.match(lines[0]), f"{name}: the runs cell printed {lines[:5]}"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from catlib.common import formatting as report
-from catlib.common.formatting import NBSP, fixed, md_table, mean_std, number, pm, pm_over, signed
+from catlib.common.formatting import NBSP, fixed, md_table, mean_std, number, percent, pm, pm_over, signed
 
 
 def test_mean_std_over_seeds():
@@ -30,6 +30,10 @@ def test_mean_std_over_seeds():
 ])
 def test_fixed_and_signed(x, plain, with_sign):
     assert fixed(x) == plain and signed(x) == with_sign
+
+
+def test_percent_rounds_to_whole_percent_and_shows_nothing_for_nan():
+    assert percent(0.414) == "41%" and percent(1.04) == "104%" and percent(math.nan) == "–"
 
 
 def test_number_keeps_three_significant_digits():

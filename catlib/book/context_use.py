@@ -140,10 +140,10 @@ def moonshot_seeds(gains: np.ndarray, ce: np.ndarray, drift: np.ndarray, distanc
     test is a miss, "m×"). ``gains [seeds, distances]``, ``ce [seeds, 1]`` (plain text, at
     the training length), ``drift [seeds]``; ``oracle_kept`` {m: the k-gram oracle's kept
     fraction}. A seed with no in-range copying keeps nan, a miss."""
+    kept_all = {m: kept_by_seed(gains, distances, near, far[m]) for m in MOONSHOT if m in far}
     out = []
     for i in range(len(gains)):
-        kept = {m: float(kept_by_seed(gains[i:i + 1], distances, near, far[m])[0])
-                for m in MOONSHOT if m in far}
+        kept = {m: float(k[i]) for m, k in kept_all.items()}
         of_oracle = {m: k / oracle_kept[m] if oracle_kept[m] > 0 else float("nan")
                      for m, k in kept.items()}
         gap, d = float(ce[i, 0] - alibi_ce), float(drift[i])
@@ -158,8 +158,7 @@ def moonshot_markdown(verdicts: dict[str, tuple[list, list[dict]]], flops_x: dic
     """The moonshot's table: one line per row and seed. ``verdicts`` {row name: (seeds,
     :func:`moonshot_seeds` of the row)}; ``flops_x`` {row name: training FLOPs over the
     study's ALiBi baseline's}; ``far`` {m: distance} (a target it lacks: "not tested")."""
-    from ..common.formatting import md_table, signed
-    pct = lambda v: f"{v:.0%}" if np.isfinite(v) else "–"                          # noqa: E731
+    from ..common.formatting import md_table, percent, signed
     header = ["row", "seed", "training FLOPs × ALiBi"]
     for m, target in MOONSHOT.items():
         header += [f"kept at {m}×" + (f" ({far[m]})" if m in far else "") + f", target {target:.0%}",
@@ -168,7 +167,7 @@ def moonshot_markdown(verdicts: dict[str, tuple[list, list[dict]]], flops_x: dic
     rows = []
     for name, (seeds, seed_verdicts) in verdicts.items():
         for s, v in zip(seeds, seed_verdicts):
-            kept = sum(([pct(v["kept"][m]), pct(v["of_oracle"][m])] if m in far else ["not tested", "–"]
+            kept = sum(([percent(v["kept"][m]), percent(v["of_oracle"][m])] if m in far else ["not tested", "–"]
                         for m in MOONSHOT), [])
             verdict = "met" if not v["misses"] else "missed (" + ", ".join(v["misses"]) + ")"
             rows.append([name, str(s), f"{flops_x[name]:.1f}", *kept, signed(v["ce_gap"]),

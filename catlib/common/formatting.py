@@ -56,6 +56,11 @@ def signed(x: float, digits: int = 3) -> str:
     return fixed(x, digits, sign=True)
 
 
+def percent(x: float) -> str:
+    """A fraction as a whole percentage, "41%"; "–" for nan (nothing to divide by)."""
+    return f"{x:.0%}" if math.isfinite(x) else "–"
+
+
 def number(x: float, sig: int = 3) -> str:
     """``sig`` significant digits; scientific notation below 1e-3 and from 1e5 (0 -> "0")."""
     x = float(x)

@@ -223,10 +223,11 @@ def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
     the first for :data:`STUDY_DIAGNOSTIC`); else ``seeds``. None for the :data:`EXTRA`
     rows when ``params["extra_rows"]`` is False, the first seed for
     :data:`SEEDS_WITH_EXTRA`."""
-    if label in EXTRA and not params.get("extra_rows", True):
-        return []
-    if label in SEEDS_WITH_EXTRA and not params.get("extra_rows", True):
-        return list(params["seeds"][:1])
+    if not params.get("extra_rows", True):
+        if label in EXTRA:
+            return []
+        if label in SEEDS_WITH_EXTRA:
+            return list(params["seeds"][:1])
     if chapter == "05_training":
         return [params["seed"]]
     if chapter == "09_using_context" and not ROWS[label].study:
