@@ -258,6 +258,9 @@ def test_costliest_jobs_start_first():
         spec("alibi-prior", ["cat"])) / 2
     assert two(kernel="alibi-prior", solver="rk4-classic", train_solver_steps=[1, 2]) > two(
         kernel="alibi-prior", solver="rk4-classic")
+    # The midpoint rule evaluates a block twice a step, RK4 four times, Euler once.
+    assert two(kernel="alibi-prior", solver="euler") < two(kernel="alibi-prior", solver="midpoint") \
+        < two(kernel="alibi-prior", solver="rk4-classic")
 
 
 @pytest.mark.slow("trains a book pool of 7 runs twice (worker processes)")

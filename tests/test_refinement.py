@@ -109,7 +109,8 @@ def test_the_reference_is_finer_than_rk4_x4():
 @pytest.mark.parametrize("solver, steps, reference", [
     ("rk4-classic", 1, "rk4-classic x4"), ("rk4-classic", 2, "rk4-classic x4"),
     ("rk4-classic", 4, "rk4-classic x8"), ("rk4-classic", 8, "rk4-classic x16"),
-    ("euler", 16, "rk4-classic x32")])
+    ("euler", 16, "rk4-classic x32"), ("midpoint", 2, "rk4-classic x4"),
+    ("midpoint", 4, "rk4-classic x8")])
 def test_the_ladder_starts_above_every_trained_solver(solver, steps, reference):
     from catlib.measure.refinement import finer_solvers
     ladder = finer_solvers(solver, steps)

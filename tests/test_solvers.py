@@ -31,7 +31,7 @@ def _error(solver, steps, **kw):
 
 
 def test_registry():
-    assert {"dopri5", "rk4-classic", "euler"} <= set(SOLVERS)
+    assert {"dopri5", "rk4-classic", "midpoint", "euler"} <= set(SOLVERS)
 
 
 @pytest.mark.parametrize("steps", [4, 8, 16, 32])
@@ -66,6 +66,27 @@ def test_rk4_classic_uses_time_correctly():
     errs = [float((integrate(f, y0, solver="rk4-classic", t0=0.5, t1=2.0, steps=s,
                              adjoint=False)[0] - exact).abs().max()) for s in (16, 32)]
     assert errs[0] < 1e-6 and 15 < errs[0] / errs[1] < 18
+
+
+@pytest.mark.parametrize("steps", [4, 16])
+def test_midpoint_second_order(steps):
+    # Error ratio when halving the step: 2^2 = 4 asymptotically.
+    ratio = _error("midpoint", steps) / _error("midpoint", 2 * steps)
+    assert 3.6 < ratio < 4.3, ratio
+    # One midpoint step on y' = y is the second-order Taylor polynomial, 1 + h + h^2/2.
+    h = 0.25
+    y1, _ = integrate(Growth(), torch.ones(1, dtype=torch.float64), solver="midpoint",
+                      t1=h, steps=1, adjoint=False)
+    assert float(y1.detach()) == pytest.approx(1 + h + h ** 2 / 2, rel=1e-15)
+
+
+def test_midpoint_reads_time_at_the_half_step():
+    # On y' = t^2 one midpoint step from 0 to 1 gives f(1/2) = 1/4 (the exact integral is 1/3):
+    # it evaluates the midpoint, not the ends.
+    f = lambda t, y: torch.as_tensor(t, dtype=torch.float64) ** 2 * torch.ones_like(y)  # noqa: E731
+    y1, _ = integrate(f, torch.zeros(1, dtype=torch.float64), solver="midpoint", steps=1,
+                      adjoint=False)
+    assert float(y1.detach()) == pytest.approx(1 / 4, rel=1e-15)
 
 
 @pytest.mark.parametrize("steps", [4, 16])
@@ -115,6 +136,7 @@ def test_dopri5_gradient(adjoint):
 @pytest.mark.parametrize("solver,steps,expected", [
     ("rk4-classic", 4, 16), ("rk4-classic", 1, 4), ("rk4-classic", 7, 28),
     ("euler", 1, 1), ("euler", 4, 4), ("euler", 13, 13),
+    ("midpoint", 1, 2), ("midpoint", 3, 6),
 ])
 def test_fixed_step_nfe_exact(solver, steps, expected):
     func = Growth()

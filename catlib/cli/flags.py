@@ -67,7 +67,7 @@ CATLIB_FIELDS = {
     "quad_nodes": "Gauss-Legendre nodes Q of the attention integral",
     "dropout": "dropout rate of CAT and the baseline",
     "solver": "depth integrator",
-    "solver_steps": "steps of the fixed-step solvers rk4-classic and euler",
+    "solver_steps": "steps of the fixed-step solvers rk4-classic, midpoint and euler",
     "rtol": "dopri5 relative tolerance",
     "atol": "dopri5 absolute tolerance",
     "adjoint": "backpropagate dopri5 through the adjoint ODE",

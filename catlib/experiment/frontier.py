@@ -23,6 +23,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from ..nn.config import FIXED_STEP_SOLVERS
 from .compute import expected_step_flops, matched_budget, run_compute
 
 # The inference dial: (solver, steps), from the cheapest; the trained solver is added.
@@ -65,10 +66,10 @@ def budget_configs(row, experiment, model, train):
     if row.compute_as:
         how, of = row.compute_as
         m_of, t_of = row_configs(ROWS[of], experiment, train.seed)
-        if ROWS[of].is_cat and m_of.resolved().solver not in ("rk4-classic", "euler"):
+        if ROWS[of].is_cat and m_of.resolved().solver not in FIXED_STEP_SOLVERS:
             raise ValueError(f"{row.label}: matching the compute of {of!r} needs its FLOPs per "
                              f"step, which its adaptive solver {m_of.resolved().solver!r} does "
-                             f"not fix in advance; use a fixed-step solver (rk4-classic or euler)")
+                             f"not fix in advance; use a fixed-step solver {FIXED_STEP_SOLVERS}")
         target = expected_step_flops(m_of, ROWS[of].model, t_of.batch, t_of.seq) * t_of.train_steps
         n = matched_budget(target, model, train.batch, train.seq, steps, how, row.model)
         if how == "layers":       # whole layers, then the FLOPs they leave as steps

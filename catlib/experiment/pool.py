@@ -56,8 +56,9 @@ BASELINE_STEP_WEIGHT = 8
 # A CAT trained with drawn solver steps (train_solver_steps (1, 2)): a step costs about
 # 1.3-1.5 times the CAT's at one step.
 DRAWN_STEPS_WEIGHT = 1.4
-# A CAT block solved with one Euler step evaluates its dynamics once, not four times.
-EULER_WEIGHT = 0.25
+# A CAT block's evaluations of its dynamics per solver step, against classical RK4's four:
+# one for Euler, two for the midpoint rule.
+SOLVER_WEIGHT = {"euler": 0.25, "midpoint": 0.5}
 
 
 def expected_cost(spec: dict) -> float:
@@ -67,7 +68,7 @@ def expected_cost(spec: dict) -> float:
     blocks = model.get("blocks", 1)
     cat = STEP_WEIGHT.get(model.get("kernel", "absolute"), UNKNOWN_KERNEL_WEIGHT) * blocks * (
         DRAWN_STEPS_WEIGHT if model.get("train_solver_steps") else 1.0) * (
-        EULER_WEIGHT if model.get("solver") == "euler" else 1.0)
+        SOLVER_WEIGHT.get(model.get("solver"), 1.0))
     base = BASELINE_STEP_WEIGHT * model.get("baseline_loops", 1) * blocks
     per_step = sum(cat if m == "cat" else base for m in spec["train"]["models"])
     return steps * per_step * (2.0 if spec["dropout_on"] else 1.0)

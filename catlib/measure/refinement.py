@@ -26,7 +26,7 @@ from .evaluate import cross_entropy
 FINER = (("euler", 16), ("rk4-classic", 2), ("rk4-classic", 4))
 # The order of accuracy of each fixed-step method: the reference must have at least the
 # trained method's order (and more steps) to be finer.
-ORDER = {"euler": 1, "rk4-classic": 4}
+ORDER = {"euler": 1, "midpoint": 2, "rk4-classic": 4}
 
 
 def solver_label(solver: str, steps: int | None = None, rtol: float | None = None) -> str:

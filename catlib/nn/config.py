@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 BASES = ("fourier", "cheb")
 VARIANTS = ("published", "causal")
-SOLVER_NAMES = ("dopri5", "rk4-classic", "euler")
+SOLVER_NAMES = ("dopri5", "rk4-classic", "midpoint", "euler")
 # The depth solver of a config that names none, by device type: the published script's
 # dopri5, and on MPS (no float64 there) the published script's own fixed-step RK4.
 DEFAULT_SOLVER = {"mps": "rk4-classic"}
@@ -24,7 +24,7 @@ def default_solver(device=None) -> str:
     or None for the CPU): :data:`DEFAULT_SOLVER`, else "dopri5"."""
     kind = getattr(device, "type", None) or (str(device).split(":")[0] if device else "cpu")
     return DEFAULT_SOLVER.get(kind, "dopri5")
-FIXED_STEP_SOLVERS = ("rk4-classic", "euler")   # their step count is ``solver_steps``
+FIXED_STEP_SOLVERS = ("rk4-classic", "midpoint", "euler")   # their step count is ``solver_steps``
 PENALTIES = ("published", "exact")
 # How the baseline sees positions: added sinusoids, rotary q/k (RoPE) or an ALiBi score bias.
 BASELINE_POSITIONS = ("sinusoidal", "rope", "alibi")
@@ -163,7 +163,7 @@ class CATConfig:
             raise ValueError(f"train_solver_steps must not repeat a step count, got {counts!r}")
         if self.solver not in FIXED_STEP_SOLVERS:
             raise ValueError(f"train_solver_steps draws the step count of a fixed-step solver, "
-                             f"but solver={self.solver!r}; use solver='rk4-classic' or 'euler', "
+                             f"but solver={self.solver!r}; use one of {FIXED_STEP_SOLVERS}, "
                              f"or train_solver_steps=None")
         if max(counts) != self.solver_steps:
             raise ValueError(f"the largest of train_solver_steps {counts!r} must equal "

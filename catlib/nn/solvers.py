@@ -7,6 +7,8 @@
 - ``rk4-classic``: classical RK4 (weights 1/6, 1/3, 1/3, 1/6) with a fixed
   number of equal steps, the published MPS integrator. torchdiffeq's own
   ``rk4`` is the 3/8 rule and differs;
+- ``midpoint``: the explicit midpoint rule (second order, two evaluations a step) with
+  a fixed number of equal steps;
 - ``euler``: forward Euler with a fixed number of steps.
 
 Every solve counts its function evaluations (NFE), forward and backward.
@@ -160,6 +162,11 @@ def _rk4_classic_step(func, t, y, dt):
     return y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
 
 
+def _midpoint_step(func, t, y, dt):
+    k1 = func(t, y)
+    return y + dt * func(t + dt / 2, y + dt / 2 * k1)
+
+
 def _euler_step(func, t, y, dt):
     return y + dt * func(t, y)
 
@@ -167,6 +174,7 @@ def _euler_step(func, t, y, dt):
 SOLVERS: dict[str, Callable] = {
     "dopri5": _dopri5,
     "rk4-classic": _fixed_step(_rk4_classic_step),
+    "midpoint": _fixed_step(_midpoint_step),
     "euler": _fixed_step(_euler_step),
 }
 

@@ -11,7 +11,7 @@ averages the gradients, and the reported losses are the global-batch means (:fun
 CAT's Sobolev penalty is a parameter term, the same on every rank, so the average over the
 ranks counts it once. On the CPU the dropout masks of the forward pass are those one
 process draws for the global batch (:func:`consistent_dropout`), so that, with a
-fixed-step solver (rk4-classic, euler: no adjoint, the backward pass reuses the forward's
+fixed-step solver (rk4-classic, midpoint, euler: no adjoint, the backward pass reuses the forward's
 masks), the per-step losses do not depend on N, within float rounding. With dopri5 they
 do: its adaptive steps follow each process's slice, and with the adjoint and dropout
 inside the dynamics (the published CAT) its backward solve draws new masks outside that
