@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml constraints.txt
 XDIST ?= -n auto --dist loadgroup
 # The checks of a built book (Chromium); `make test` runs them after book-smoke, not in `unit`.
 BROWSER_TESTS := tests/test_book.py -k "browser or mathjax or fits"
-BROWSER_IDS := $(addprefix --deselect tests/test_book.py::,test_browser_typesets_math_and_loads_figures test_every_page_fits_1280_px test_mathjax_is_served_locally)
+BROWSER_IDS := $(addprefix --deselect tests/test_book.py::,test_browser_typesets_math_and_loads_figures test_every_page_fits_1280_px test_mathjax_is_served_locally test_fits_check_sees_a_table_wider_than_the_column)
 
 unit: venv
 	$(PY) -m pytest -q $(XDIST) tests

@@ -20,7 +20,7 @@ SMALL = dict(vocab_size=11, d_model=16, n_heads=2, n_freq=4, quad_nodes=8, solve
     ("vocab_size", 0, "an integer >= 1"),
     ("solver_steps", 0, "an integer >= 1"),
     ("basis", "legendre", "one of ['fourier', 'cheb']"),
-    ("solver", "rk45", "one of ['dopri5', 'rk4-classic', 'euler']"),
+    ("solver", "rk45", "one of ['dopri5', 'rk4-classic', 'midpoint', 'euler']"),
     ("variant", "corrected", "one of ['published', 'causal']"),
     ("penalty", "l2", "one of ['published', 'exact']"),
     ("dropout", 1.5, "in [0, 1)"),
@@ -66,7 +66,7 @@ def test_components_validate_too():
         catlib.ContinuousAttention(16, 2, 4, "legendre")
     with pytest.raises(ValueError, match=r"^quad_nodes \(q\) must be an integer >= 1, got 0$"):
         catlib.gauss_legendre(0)
-    with pytest.raises(ValueError, match=r"^solver must be one of \['dopri5', 'rk4-classic', 'euler'\], "
+    with pytest.raises(ValueError, match=r"^solver must be one of \['dopri5', 'rk4-classic', 'midpoint', 'euler'\], "
                                          r"got 'rk45'$"):
         catlib.integrate(lambda t, y: y, torch.ones(1), solver="rk45")
 
