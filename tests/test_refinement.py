@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from catlib import CAT, CATConfig
-from catlib.book.depth import depth_table
+from catlib.book.depth import depth_markdown, depth_table
 from catlib.measure.refinement import refinement, solved_with, solver_label
 
 
@@ -76,6 +76,19 @@ def test_depth_table_lists_every_seed_and_refuses_mixed_solvers():
                              "ce_by_solver": {"rk4-classic x1": [2.0, 2.2], "rk4-classic x4": [2.1, 2.2]}}}
     with pytest.raises(ValueError, match="different solvers"):
         depth_table({"row": [a, dict(b, trained_solver="rk4-classic x2")]})
+
+
+def test_depth_columns_run_from_the_coarsest_solver_to_the_reference():
+    # Catches columns in the order the rows happen to list them: a midpoint-trained row
+    # after an RK4 one put "midpoint x2" after the reference "rk4-classic x4".
+    rk4 = {"trained_solver": "euler x1", "reference": "rk4-classic x4", "drift": [0.1],
+           "ce_by_solver": {"euler x1": [2.0], "euler x16": [2.1], "rk4-classic x4": [2.1]}}
+    mid = {"trained_solver": "midpoint x2", "reference": "rk4-classic x4", "drift": [0.0],
+           "ce_by_solver": {"midpoint x2": [1.9], "rk4-classic x2": [1.9], "rk4-classic x4": [1.9]}}
+    header = depth_markdown({"a": rk4, "b": mid}).splitlines()[0]
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert columns == ["row", "trained with", "euler x1", "euler x16", "midpoint x2",
+                       "rk4-classic x2", "rk4-classic x4", "drift"], columns
 
 
 def test_a_model_trained_with_one_step_reports_a_drift(corpus):
