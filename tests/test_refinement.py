@@ -134,3 +134,11 @@ def test_the_ladder_starts_above_every_trained_solver(solver, steps, reference):
 def test_an_adaptive_solver_is_refused():
     with pytest.raises(ValueError, match="fixed-step"):
         refinement(_cat(scale=1.0, solver="dopri5"), _val(), 32, 2)
+
+
+def test_the_ode_rule_is_one_bound_for_both_chapters():
+    # Catches chapter 9's moonshot reading another bound than chapter 8's rule.
+    from catlib.book import context_use as cu
+    from catlib.measure.refinement import ODE_DRIFT, is_ode
+    assert is_ode(ODE_DRIFT) and is_ode(-ODE_DRIFT) and not is_ode(1.01 * ODE_DRIFT)
+    assert cu.MOONSHOT_DRIFT == ODE_DRIFT

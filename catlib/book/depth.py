@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.formatting import fixed, md_table
-from ..measure.refinement import ORDER
+from ..measure.refinement import accuracy_key
 from .page import pm_cells
 
 
@@ -25,20 +25,13 @@ def depth_table(results: dict) -> dict:
     return out
 
 
-def _coarse_to_fine(label: str) -> tuple:
-    """Sort key of a solver label ("rk4-classic x4"): by the method's order of accuracy, then
-    its step count; a label of no fixed-step method ("dopri5 rtol 1e-05") last."""
-    method, _, steps = label.partition(" x")
-    return (0, ORDER[method], int(steps)) if method in ORDER and steps.isdigit() else (1, 0, 0)
-
-
 def depth_markdown(depth: dict, ode_rows=None) -> str:
     """The refinement table of :func:`depth_table` as Markdown: per row the solver it was
     trained with, the mean CE under each solver (columns from the coarsest method to the
     finest, so that the reference comes last), the drift (mean ± sd over seeds) and, with
     ``ode_rows`` (the rows that pass a chapter's rule), a column "ODE?"."""
     solvers = sorted(dict.fromkeys(s for d in depth.values() for s in d["ce_by_solver"]),
-                     key=_coarse_to_fine)
+                     key=accuracy_key)
     body = [[label, d["trained_solver"],
              *[fixed(np.mean(d["ce_by_solver"][s])) if s in d["ce_by_solver"] else "" for s in solvers],
              pm_cells(np.array(d["drift"])[:, None], sign=True)[0],

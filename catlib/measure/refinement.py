@@ -27,6 +27,14 @@ FINER = (("euler", 16), ("rk4-classic", 2), ("rk4-classic", 4))
 # The order of accuracy of each fixed-step method: the reference must have at least the
 # trained method's order (and more steps) to be finer.
 ORDER = {"euler": 1, "midpoint": 2, "rk4-classic": 4}
+# The book's rule (chapters 8 and 9): a CAT whose mean drift is within this many nats of
+# its reference is an ODE (its output does not depend on the discretisation beyond that).
+ODE_DRIFT = 0.01
+
+
+def is_ode(drift: float) -> bool:
+    """Whether a (mean) refinement drift is within :data:`ODE_DRIFT` of 0."""
+    return abs(drift) <= ODE_DRIFT
 
 
 def solver_label(solver: str, steps: int | None = None, rtol: float | None = None) -> str:
@@ -35,6 +43,14 @@ def solver_label(solver: str, steps: int | None = None, rtol: float | None = Non
     if solver == "dopri5":
         return f"dopri5 rtol {rtol:g}" if rtol is not None else "dopri5"
     return f"{solver} x{steps}"
+
+
+def accuracy_key(label: str) -> tuple:
+    """Sort key of a :func:`solver_label` ("rk4-classic x4"), from the coarsest solver to
+    the finest: by the method's order of accuracy (:data:`ORDER`), then its step count; a
+    label of no fixed-step method ("dopri5 rtol 1e-05") last."""
+    method, _, steps = label.partition(" x")
+    return (0, ORDER[method], int(steps)) if method in ORDER and steps.isdigit() else (1, 0, 0)
 
 
 def finer_solvers(solver: str, steps: int, finer: Sequence[tuple[str, int]] = FINER) -> list[tuple[str, int]]:
