@@ -348,9 +348,8 @@ class Report:
         self.log = self.out / f"gpu_check_{device.type}.log"
         self.log.write_text("")
         self.deadline = time.monotonic() + args.budget
+        # git_state reads CATLIB_COMMIT for a copy without .git (gpu_prepare.sh sets it)
         env = environment(("torch", "torchdiffeq", "numpy", "papermill"), device, root=ROOT)
-        if not env["git"]["commit"] and os.environ.get("CATLIB_COMMIT"):   # a copy without .git
-            env["git"] = {"commit": os.environ["CATLIB_COMMIT"] + " (from CATLIB_COMMIT)", "dirty": None}
         self.data = {"written_by": "python -m benchmarks.gpu_check " + " ".join(sys.argv[1:]),
                      "started": _now(), "device": device_info(device), "smoke": args.smoke,
                      "budget_s": args.budget, "corpus": os.environ.get("CATLIB_DATA"),

@@ -9,6 +9,7 @@
   :mod:`~catlib.book.processes` (Ctrl-C, the kernel's process tree) and
   :mod:`~catlib.book.rewrite` (the parameters shown once) serve it;
 - :mod:`~catlib.book.run_report`: ``Record`` and the run report of the reproducibility page;
+- :mod:`~catlib.book.device_check`: that page's section "On a GPU", read from ``results/gpu_check_*.json``;
 - :mod:`~catlib.book.builder`: ``jupyter-book build``;
 - :mod:`~catlib.book.publish`: the README's headline table and the ``results/`` artefacts;
 - :mod:`~catlib.book.references`: the smoke book's execution against the nbval references

@@ -1,8 +1,9 @@
 """The run report of the reproducibility page: each notebook's run time, status and
 finish time, the environment and git commit, and the table of every profile.
 
-``book/_generated/run_report.{json,md}`` and ``profiles.md`` are rewritten after every
-notebook the runner executes (a failure is recorded too).
+``book/_generated/run_report.{json,md}``, ``profiles.md`` and the device checks' section
+(:mod:`~catlib.book.device_check`) are rewritten after every notebook the runner
+executes (a failure is recorded too).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from ..common.provenance import environment
 from . import profiles as _profiles
+from . import device_check
 from .errors import BookError
 from .parameters import check_profiles
 from .training import TRAINING_STAGE
@@ -51,6 +53,7 @@ def _update_report(root: Path, records: list[Record]) -> None:
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
     (folder / "run_report.md").write_text(render_report(data, root))
     (folder / "profiles.md").write_text(render_profiles())
+    device_check.write(root)
 
 
 def render_profiles(profiles: dict | None = None) -> str:

@@ -36,8 +36,14 @@ def usable_cpus() -> int:
 def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
     """``{"commit": sha or None, "dirty": bool or None}`` of the checkout at ``root``.
 
+    ``CATLIB_COMMIT``, where set, wins (a copy made with ``git archive`` says so itself).
+    Otherwise the commit is read only where ``root`` is the top of its own git repository:
+    a copy of the project inside another repository (a scratch folder under someone's
+    home checkout) would else report that repository's commit. None means unknown.
     Changes to the paths in ``ignore`` (outputs the caller writes itself) do not count.
     """
+    if os.environ.get("CATLIB_COMMIT"):
+        return {"commit": os.environ["CATLIB_COMMIT"], "dirty": None}
     env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # read only: never touch the index
 
     def git(*args):
@@ -47,6 +53,9 @@ def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
             return r.stdout.strip() if r.returncode == 0 else None
         except (OSError, subprocess.SubprocessError):
             return None
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != Path(root).resolve():
+        return {"commit": None, "dirty": None}
     status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
                  *(f":(exclude){p}" for p in ignore))
     return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
