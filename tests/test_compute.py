@@ -2,6 +2,7 @@
 compute-matched rows and the frontier's and dial's tables."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 
@@ -113,6 +114,122 @@ def test_compute_matched_rows_get_the_flops_they_claim():
         ms, ts = ex.row_configs(ex.ROWS[ex.AS_STEPS], e, 0)
         assert ts.train_steps > 2 * e.train.train_steps and ms.blocks == 1
         assert e.train.train_steps in ts.checkpoints      # the headline budget is a point
+
+
+# One counting rule for every row (issue 42): each model kind of catlib.nn.config, with its
+# options: a training step is 3 x its forward FLOPs within a few percent (the backward pass
+# computes the input's and the weight's gradient of every product; a fused attention whose
+# backward the counter does not see gave 2.72 for a baseline).
+SMALL = CATConfig(variant="causal", d_model=32, n_heads=4, n_freq=8, quad_nodes=16, dropout=0.0,
+                  solver="rk4-classic", solver_steps=1)
+KINDS = {
+    "sinusoidal": ("base", {}), "rope": ("base", dict(baseline_positions="rope")),
+    "alibi": ("base", dict(baseline_positions="alibi")),
+    "alibi, 3 layers": ("base", dict(baseline_positions="alibi", blocks=3)),
+    "alibi, dropout": ("base", dict(baseline_positions="alibi", dropout=0.1)),
+    "alibi, looped": ("base", dict(baseline_positions="alibi", baseline_loops=2,
+                                   baseline_loop_scale=True)),
+    "published baseline": ("base", dict(variant="published", dropout=0.1)),
+    "absolute CAT": ("cat", {}), "relative CAT": ("cat", dict(kernel="relative")),
+    "content CAT": ("cat", dict(kernel="content")),
+    "alibi-prior CAT, euler": ("cat", dict(kernel="alibi-prior", train_length=32, solver="euler")),
+    "kerple-prior CAT, midpoint x2": ("cat", dict(kernel="kerple-prior", train_length=32,
+                                                  solver="midpoint", solver_steps=2)),
+    "kerple-prior CAT, 2 blocks": ("cat", dict(kernel="kerple-prior", train_length=32, blocks=2)),
+    "far-head CAT": ("cat", dict(kernel="alibi-prior", train_length=32, far_heads=2,
+                                 attention_residual=True)),
+    "published CAT, rk4": ("cat", dict(variant="published")),
+}
+
+
+def _forward_flops(cfg: CATConfig, model: str, batch: int, seq: int) -> int:
+    """The forward FLOPs of the training computation (train mode, penalty), by the rule."""
+    from catlib.measure.cost import counting
+    from catlib.nn.baselines import Baseline
+    from catlib.nn.model import CAT
+
+    cfg = cfg.resolved()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        net = (CAT if model == "cat" else Baseline)(cfg).train()
+        x = torch.randint(0, cfg.vocab_size, (batch, seq))
+        with torch.no_grad(), counting() as counter:
+            net(x, penalty=True)
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_training_step_is_three_forwards_for_every_kind(kind):
+    model, options = KINDS[kind]
+    cfg = dataclasses.replace(SMALL, **options)
+    step = compute.step_flops(cfg, model, 2, 32)[0]
+    assert step / _forward_flops(cfg, model, 2, 32) == pytest.approx(3.0, rel=0.03), kind
+
+
+def test_step_count_does_not_depend_on_the_attention_kernel():
+    """Dropout switches ALiBi's attention from the CPU's fused kernel to the unfused path;
+    deterministic mode and the MATH backend are other routes to the same products."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cfg = CATConfig(variant="causal", d_model=128, n_heads=8, n_freq=32, blocks=1, dropout=0.0,
+                    solver="rk4-classic", solver_steps=1, baseline_positions="alibi")
+    compute._step_flops.cache_clear()
+    plain = compute.step_flops(cfg, "base", 10, 128)[0]
+    assert compute.step_flops(dataclasses.replace(cfg, dropout=0.1), "base", 10, 128)[0] == plain
+    for route in (lambda: sdpa_kernel(SDPBackend.MATH), _deterministic):
+        compute._step_flops.cache_clear()
+        with route():
+            assert compute.step_flops(cfg, "base", 10, 128)[0] == plain
+    compute._step_flops.cache_clear()
+
+
+@contextlib.contextmanager
+def _deterministic():
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
+def _analytic_step(evaluations: int, batch: int, seq: int, d: int, vocab: int) -> int:
+    """Training FLOPs of one step, written out by hand (2 per multiply-add; backward twice
+    the forward): per block evaluation the q, k, v and output projections (4 B T D^2 each
+    way), the 4D feed-forward network (two B T D 4D products) and the causal attention's
+    scores and values (B T^2 D each, full square as the MATH backend computes them); the
+    unembedding (B T D V) once."""
+    tokens = batch * seq
+    per_evaluation = 2 * (4 * tokens * d * d + 2 * tokens * d * 4 * d + 2 * batch * seq * seq * d)
+    return 3 * (evaluations * per_evaluation + 2 * tokens * d * vocab)
+
+
+@pytest.mark.parametrize("model, options, evaluations", [
+    ("base", dict(baseline_positions="alibi"), 1),
+    ("base", dict(baseline_positions="rope", blocks=3), 3),
+    ("cat", dict(kernel="alibi-prior", kernel_residual=False, train_length=32,
+                 solver="euler"), 1),
+    ("cat", dict(kernel="alibi-prior", kernel_residual=False, train_length=32,
+                 solver="rk4-classic"), 4),
+])
+def test_step_count_matches_an_analytic_count(model, options, evaluations):
+    """An independent count (not the counter that sets the budgets) of one baseline step and
+    one CAT step (ALiBi's prior alone: no spectral products) at small sizes."""
+    cfg = dataclasses.replace(SMALL, **options)
+    assert compute.step_flops(cfg, model, 2, 32)[0] == _analytic_step(evaluations, 2, 32, 32, 65)
+
+
+def test_matched_budget_checked_against_the_analytic_count():
+    """The ALiBi steps that match an RK4 x1 CAT, checked by the hand count: within 5 % of
+    the CAT's training FLOPs (the baseline's step: 1 block evaluation, the CAT's: 4)."""
+    cat = dataclasses.replace(SMALL, kernel="alibi-prior", kernel_residual=False, train_length=32)
+    base = dataclasses.replace(SMALL, baseline_positions="alibi")
+    target = compute.step_flops(cat, "cat", 2, 32)[0] * 100
+    steps = compute.matched_budget(target, base, 2, 32, 100, "steps")
+    got, want = steps * _analytic_step(1, 2, 32, 32, 65), 100 * _analytic_step(4, 2, 32, 32, 65)
+    assert abs(got / want - 1) < 0.05
+    layers = compute.matched_budget(target, base, 2, 32, 100, "layers")
+    assert layers == 4       # four layers cost the RK4 step's four evaluations, no more
 
 
 def test_ladders_and_seeds():

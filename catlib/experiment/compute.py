@@ -1,15 +1,14 @@
 """What training a run cost: its training FLOPs and wall seconds, counted per trained model,
 and the budgets (steps or layers) that give a baseline the training compute of a CAT.
 
-Counting. The FLOPs of one training step are counted by
-:class:`torch.utils.flop_counter.FlopCounterMode` on the real training computation of a
-model of the run's configuration: the forward pass (train mode, the Sobolev penalty
-included) and the backward pass of the loss, at the run's ``batch`` x ``seq`` (matrix
-products as the counter defines them, 2 per multiply-add; the CPU's fused attention as
-:mod:`catlib.measure.cost` counts it). Forward x 3 is not used: measured at the ``cpu`` profile's
-sizes, forward + backward is 3.00 x the forward FLOPs for the KERPLE-prior CAT but 2.72 x
-for the one-layer baselines (the embedding's and the first layer's input gradients are
-never computed), so that rule would overstate a baseline's training compute by 10 %.
+Counting. The FLOPs of one training step are counted on the real training computation of
+a model of the run's configuration, on the CPU: the forward pass (train mode, the Sobolev
+penalty included) and the backward pass of the loss, at the run's ``batch`` x ``seq``, by
+the one rule of :mod:`catlib.measure.cost` (:func:`~catlib.measure.cost.counting`: matrix
+products, attention on the MATH backend), so that a step costs the same whatever
+attention kernel a run takes. Under that rule a step is 3 x its forward FLOPs for every
+model (tests/test_compute.py checks each kind); the step is still counted, not derived,
+so that the Sobolev penalty and a drawn solver step count are counted as they run.
 
 Every ODE evaluation counts: a CAT's step count is read per training step from its
 metrics log (``nfe_forward``, the block evaluations of that step's forward pass, all
@@ -34,10 +33,9 @@ from collections import Counter
 
 import torch
 import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
 
-from ..measure.cost import _cpu_sdpa_flops
-from ..nn.baselines import Baseline, explicit_encoder
+from ..measure.cost import counting
+from ..nn.baselines import Baseline
 from ..nn.config import CATConfig
 from ..nn.model import CAT
 
@@ -67,8 +65,7 @@ def _step_flops(config_json: str, model: str, batch: int, seq: int,
         net = (CAT if model == "cat" else Baseline)(cfg)
         net.train()
         x = torch.randint(0, cfg.vocab_size, (batch, seq))
-        mapping = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops}
-        with explicit_encoder(), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+        with counting() as counter:
             logits, pen = net(x, penalty=True)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x.reshape(-1)) + pen
             loss.backward()
@@ -149,15 +146,16 @@ def matched_budget(target: float, base_config: CATConfig, batch: int, seq: int,
     ``how`` "steps": its number of training steps (at its own size, the nearest count);
     "layers": its number of layers (``blocks``), the most whose FLOPs per step at
     ``train_steps`` steps stay within ``target`` (at least 1). Layers come in whole
-    numbers: at the ``cpu`` profile's sizes 4 layers of the ALiBi baseline reach 0.91 of
-    the RK4 x1 KERPLE-prior CAT's FLOPs per step and 5 layers 1.13, so a caller that must
-    match within 5 % gives the layers the remaining FLOPs as steps ("steps" of the deeper
-    configuration; :func:`catlib.experiment.frontier.budget_configs`)."""
+    numbers (at the ``cpu`` profile's sizes 4 ALiBi layers cost 1.00 of the RK4 x1
+    KERPLE-prior CAT's step and 5 layers 1.25), so a caller that must match within 5 %
+    gives the layers the remaining FLOPs as steps ("steps" of the deeper configuration;
+    :func:`catlib.experiment.frontier.budget_configs`)."""
     if how == "steps":
         return max(1, round(target / expected_step_flops(base_config, model, batch, seq)))
     if how != "layers":
         raise ValueError(f"how must be 'steps' or 'layers', got {how!r}")
     per_step, k = target / train_steps, 1
-    while step_flops(dataclasses.replace(base_config, blocks=k + 1), "base", batch, seq)[0] <= per_step:
+    while expected_step_flops(dataclasses.replace(base_config, blocks=k + 1), model,
+                              batch, seq) <= per_step:
         k += 1
     return k

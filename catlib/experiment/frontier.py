@@ -54,8 +54,8 @@ def budget_configs(row, experiment, model, train):
     expected FLOPs per step, counted, times its steps, over the row's own FLOPs per step);
     ("layers", R): the most layers whose FLOPs per step stay within R's, then as many
     steps as give it R's training FLOPs (layers come in whole numbers: at the ``cpu``
-    profile's sizes 4 ALiBi layers reach 0.91 of the RK4 x1 CAT's FLOPs per step, so they
-    train about 10 % more steps than the experiment's). ``ladder``: the weights are also kept after ``round(f *
+    profile's sizes 4 ALiBi layers cost 1.00 of the RK4 x1 CAT's FLOPs per step, so they
+    train the experiment's steps). ``ladder``: the weights are also kept after ``round(f *
     train_steps)`` steps for each share f, those below the run's own steps.
     """
     from .grid import ROWS, row_configs
@@ -74,7 +74,7 @@ def budget_configs(row, experiment, model, train):
         n = matched_budget(target, model, train.batch, train.seq, steps, how, row.model)
         if how == "layers":       # whole layers, then the FLOPs they leave as steps
             model = dataclasses.replace(model, blocks=n)
-            n = matched_budget(target, model, train.batch, train.seq, steps, "steps")
+            n = matched_budget(target, model, train.batch, train.seq, steps, "steps", row.model)
         train = dataclasses.replace(train, train_steps=n)
     if row.ladder:
         keep = sorted({round(f * steps) for f in row.ladder} - {0})
@@ -200,9 +200,9 @@ def flops_per_token(model, length: int) -> float:
 
 
 def _flops_per_token(model, length: int, count) -> float:
-    """Forward FLOPs per token at ``length``: counted at a short length and extended by the
-    attention's part, which grows with the length (two counts: the FLOPs are a + b L + c L^2
-    per sequence; a third count at the length itself only when it is short)."""
+    """Forward FLOPs per token at ``length``: counted at the length itself up to 1024 tokens;
+    beyond, from three counts at 128, 256 and 512 tokens, which fix the FLOPs per sequence
+    a + b L + c L^2 (every product is linear or quadratic in L) exactly."""
     if length <= 1024:
         return count(model, length)
     # three short counts fix the quadratic exactly (every product is linear or quadratic in L)
