@@ -50,8 +50,8 @@ book: venv
 book-smoke: venv
 	$(PY) -m catlib.book --profile smoke --device cpu
 
-# nbval: re-execute the smoke-profile references and compare the cells marked
-# NBVAL_CHECK_OUTPUT; `nbval-refs` regenerates the references after an intended change.
+# nbval: re-execute the smoke-profile references and compare the cells
+# tagged nbval-check-output; `nbval-refs` regenerates the references after an intended change.
 nbval: venv
 	$(PY) -m pytest -q --nbval-lax --nbval-current-env -p no:cacheprovider tests/nbval
 

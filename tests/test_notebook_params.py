@@ -27,6 +27,7 @@ from catlib.book import page, parameter_rules
 from catlib.experiment import grid as ex
 from catlib.book.parameters import notebook_parameters
 from catlib.book.profiles import PROFILES
+from catlib.book.references import checked
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -308,10 +309,10 @@ CLAIM = re.compile(r"([^:]+?): (True|False)\b")
 
 def checked_claims(path: Path) -> list[tuple[str, str, bool]]:
     """``(first word of the line, claim, value)`` of every "claim: True/False" that the
-    ``NBVAL_CHECK_OUTPUT`` cells of an executed notebook printed."""
+    cells tagged ``nbval-check-output`` of an executed notebook printed."""
     claims = []
     for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-        if cell["cell_type"] != "code" or "# NBVAL_CHECK_OUTPUT" not in "".join(cell["source"]):
+        if not checked(cell):
             continue
         text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
                        if o.get("output_type") == "stream")

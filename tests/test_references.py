@@ -2,6 +2,10 @@
 (:mod:`catlib.book.references`): what it compares, what it leaves out, and a stale reference."""
 import copy
 import json
+import re
+from pathlib import Path
+
+import pytest
 
 from catlib.book.references import check_references, checked_outputs, compare
 
@@ -15,9 +19,9 @@ def _notebook(check_text="every CE finite: True\n", ignored_text="took 3.2 s\n",
     cells = [
         {"cell_type": "code", "metadata": {"tags": ["parameters"]},
          "source": f'profile = "smoke"\nfigure_dir = {figure_dir}  # folder\n', "outputs": []},
-        {"cell_type": "code", "metadata": {}, "source": "# NBVAL_IGNORE_OUTPUT\nprint(t)",
+        {"cell_type": "code", "metadata": {"tags": ["nbval-ignore-output"]}, "source": "print(t)",
          "outputs": [_stream(ignored_text)]},
-        {"cell_type": "code", "metadata": {}, "source": "# NBVAL_CHECK_OUTPUT\nprint(ok)",
+        {"cell_type": "code", "metadata": {"tags": ["nbval-check-output"]}, "source": "print(ok)",
          "outputs": [_stream(check_text),
                      {"output_type": "display_data", "metadata": {"w": 1},
                       "data": {"text/plain": "<Figure>", "image/png": "AAAA"}}]},
@@ -51,7 +55,7 @@ def test_a_stream_split_in_two_outputs_reads_as_one():
 def test_a_reference_with_other_code_is_stale_and_names_the_fix():
     run = _notebook()
     stale = copy.deepcopy(run)
-    stale["cells"][1]["source"] = "# NBVAL_IGNORE_OUTPUT\nprint(old)"
+    stale["cells"][1]["source"] = "print(old)"
     (problem,) = compare(run, stale)
     assert "stale" in problem and "make nbval-refs" in problem and "cell 1" in problem
     shorter = copy.deepcopy(run)
@@ -67,3 +71,26 @@ def test_every_reference_is_read_and_a_missing_execution_is_named(tmp_path):
     (done / "01_a.ipynb").write_text(json.dumps(_notebook()))
     results = check_references(done, refs)
     assert results["01_a"] == [] and "make book-smoke" in results["02_b"][0]
+
+
+def test_a_reference_with_other_nbval_tags_is_stale():
+    """A check cell turned ignore (or back) changes what nbval compares: stale, not passed."""
+    run = _notebook()
+    other = copy.deepcopy(run)
+    other["cells"][2]["metadata"]["tags"] = ["nbval-ignore-output"]
+    (problem,) = compare(run, other)
+    assert "stale" in problem and "cell 2" in problem
+
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "tests" / "nbval").glob("*.ipynb")])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_no_code_cell_carries_an_nbval_comment(path):
+    """nbval's markers are cell tags (``nbval-check-output``, ...), not comments in the code a
+    reader sees; a comment marker would also be checked by nbval but not by this module."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    marked = [i for i, c in enumerate(cells)
+              if re.search(r"^\s*#\s*NBVAL_", "".join(c["source"]), re.MULTILINE)]
+    assert marked == [], f"cells {marked} carry an NBVAL_ comment; tag them instead"

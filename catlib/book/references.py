@@ -5,14 +5,15 @@ and builds the book from that execution. This module then reads the executed not
 (``book/notebooks``) against the references in ``tests/nbval`` as ``pytest --nbval-lax``
 reads a re-execution of them:
 
-- the cells marked ``# NBVAL_CHECK_OUTPUT`` must give the same outputs: the text of each
+- the cells tagged ``nbval-check-output`` must give the same outputs: the text of each
   stream (stdout, stderr) and every ``data`` entry but images, compared as text; never
   metadata, execution counts or tracebacks;
 - every other cell only has to run, which the execution itself guarantees (papermill
   stops at the first error).
 
-A reference whose code is not the notebook's is stale: a check against it would test old
-code, so it fails, naming the command that renews the references (``make nbval-refs``).
+A reference whose code (or nbval tags) is not the notebook's is stale: a check against it
+would test old code, so it fails, naming the command that renews the references
+(``make nbval-refs``).
 Only the figure folder may differ (the references save no figures). ``make nbval`` still
 re-executes the references under nbval itself, and ``make test-portable`` does so under
 the portable kernel dispatch.
@@ -24,7 +25,10 @@ import re
 import sys
 from pathlib import Path
 
-CHECK = "NBVAL_CHECK_OUTPUT"
+CHECK = "nbval-check-output"
+# nbval's cell tags (nbval reads ``# NBVAL_...`` comments too; the notebooks use tags only).
+NBVAL_TAGS = {CHECK, "nbval-ignore-output", "nbval-skip", "nbval-raises-exception",
+              "raises-exception"}
 # Output keys that nbval leaves out of its comparison (images too, without --nbdime).
 SKIPPED = {"metadata", "traceback", "prompt_number", "output_type", "name", "execution_count",
            "application/vnd.jupyter.widget-view+json", "image/png", "image/jpeg"}
@@ -59,11 +63,22 @@ def checked_outputs(outputs: list[dict]) -> dict[str, list[str]]:
     return out
 
 
+def _tags(cell: dict) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def checked(cell: dict) -> bool:
+    """Whether nbval compares this cell's outputs (``--nbval-lax``): a code cell tagged
+    :data:`CHECK`."""
+    return cell["cell_type"] == "code" and CHECK in _tags(cell)
+
+
 def _source(cell: dict) -> str:
+    """The cell's code and its nbval tags: what makes a reference stale when it changes."""
     source = _text(cell.get("source", ""))
-    if PARAMETER_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+    if PARAMETER_TAGS & _tags(cell):
         source = _FIGURE_DIR.sub("figure_dir = ...", source)
-    return source
+    return source + "".join(f"\n[tag {t}]" for t in sorted(NBVAL_TAGS & _tags(cell)))
 
 
 def compare(executed: dict, reference: dict) -> list[str]:
@@ -79,7 +94,7 @@ def compare(executed: dict, reference: dict) -> list[str]:
                 f"`make nbval-refs`"]
     problems = []
     for i, (cell, ref) in enumerate(zip(cells, refs)):
-        if ref["cell_type"] != "code" or CHECK not in ref_code[i]:
+        if not checked(ref):
             continue
         got, want = checked_outputs(cell.get("outputs", [])), checked_outputs(ref.get("outputs", []))
         for key in sorted(set(got) | set(want)):
