@@ -191,8 +191,11 @@ def test_worker_devices(monkeypatch):
     assert ex.worker_devices("cpu", jobs=1) == ["cpu"]
     monkeypatch.setenv("CATLIB_DEVICES", "cuda:0,cuda:1")
     assert ex.worker_devices("cuda") == ["cuda:0", "cuda:1"]
+    assert ex.worker_devices("cuda", jobs=2) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
     monkeypatch.delenv("CATLIB_DEVICES")
-    assert ex.worker_devices("cuda:1") == ["cuda:1"]
+    # several runs share one GPU (CATLIB_JOBS, else as its memory and the CPUs allow)
+    assert ex.worker_devices("cuda:1") == ["cuda:1"] * 3
+    assert ex.worker_devices("cuda:1", jobs=1) == ["cuda:1"]
 
 
 def test_book_refuses_absent_gpus(capsys):

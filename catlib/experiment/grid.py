@@ -398,8 +398,7 @@ def _train_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
         except NotStored:
             return None
     threads = torch.get_num_threads()
-    if spec["device"] == "cpu":
-        torch.set_num_threads(1)
+    torch.set_num_threads(1)     # a run's numbers do not depend on how many run beside it
     try:
         tc = TrainConfig(**spec["train"])
         run = train_run(CATConfig.from_dict(spec["model"]), tc, root=spec["root"],
@@ -463,12 +462,11 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
 
 
 def run_copy_gain(run: Run, model_key: str, corpus: Corpus, distances, passages: int,
-                  device=None, random_seed: int | None = None) -> dict[int, float]:
-    """The copy gain ``{distance: gain}`` of one model of a run
-    (:func:`catlib.measure.copying.copy_gain` on the validation split, or with
-    ``random_seed`` on passages of random characters), stored with the run like
-    :func:`position_curve`."""
-    from ..measure.copying import copy_gain
+                  device=None, random_seed: int | None = None) -> dict[int, dict[str, np.ndarray]]:
+    """The copy test ``{distance: {"first", "second", "control": CE per passage}}`` of one
+    model of a run (:func:`catlib.measure.copying.copy_test` on the validation split, or
+    with ``random_seed`` on random characters), stored with the run like :func:`position_curve`."""
+    from ..measure.copying import copy_test
 
     check_split(run, corpus)
     model = run.load_weights(device or "cpu")[0][model_key]
@@ -481,10 +479,11 @@ def run_copy_gain(run: Run, model_key: str, corpus: Corpus, distances, passages:
     name = f"copy-{model_key}.json"
     if random_seed is not None:
         ident["random_seed"], name = random_seed, f"copy-random-{model_key}.json"
-    gains = stored_with_run(run, name, ident, lambda: {
-        str(d): g for d, g in copy_gain(model, corpus.val, distances, passages, device,
-                                        random_seed, len(corpus.vocab)).items()})
-    return {int(d): g for d, g in gains.items()}
+    scores = stored_with_run(run, name, ident, lambda: {
+        str(d): {k: v.tolist() for k, v in s.items()} for d, s in copy_test(
+            model, corpus.val, distances, passages, device, random_seed, len(corpus.vocab),
+            run.train_config.seq).items()})
+    return {int(d): {k: np.array(v) for k, v in s.items()} for d, s in scores.items()}
 
 
 def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,

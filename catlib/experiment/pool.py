@@ -1,8 +1,8 @@
 """The pool that trains the independent runs of an experiment, and its progress line.
 
-On the CPU the runs train in parallel worker processes, one thread each, so that their
-numbers do not depend on how many run at once; on CUDA with several devices, one process
-per device takes the runs assigned to it. The costliest jobs start first (by relative
+The runs train in parallel worker processes, one thread each, so that their numbers do not
+depend on how many run at once: on the CPU one per core, on a GPU several sharing it
+(:func:`default_jobs`), on several GPUs that many per device. The costliest jobs start first (by relative
 step weights, :func:`expected_cost`); the workers report their steps into a shared array
 that :class:`~catlib.experiment.progress.PoolProgress` turns into one line with the time left.
 """
@@ -21,27 +21,43 @@ from .progress import PoolProgress, shared_steps
 from .progress import attach as attach_progress
 
 
+# Runs trained at once on one GPU: each run's process needs a CPU core to launch its kernels
+# (a step at the ``cpu`` sizes is launch-bound: 4-24 ms on an H200, ../shared/device), and
+# at most this much GPU memory (measured peak of a training step at the ``paper`` sizes,
+# 2.2 GiB, with room for evaluation at 5000 characters).
+RUN_GPU_MEMORY = 4 * 2**30
+
+
 def default_jobs(device) -> int:
-    """Runs trained at once: ``CATLIB_JOBS`` if set, else the CPUs this process may use
-    (:func:`~catlib.common.provenance.usable_cpus`); 1 on CUDA or MPS."""
+    """Runs trained at once: ``CATLIB_JOBS`` if set; else on the CPU the CPUs this process
+    may use (:func:`~catlib.common.provenance.usable_cpus`); on CUDA as many as the free
+    memory holds at :data:`RUN_GPU_MEMORY` each and the CPUs can drive, one CPU left to
+    this process (measured on one H200: three runs at once each kept the speed of one
+    alone); 1 on MPS."""
     from ..common.provenance import usable_cpus
 
-    if torch.device(device).type != "cpu":
-        return 1
-    return max(1, int(os.environ.get("CATLIB_JOBS") or 0) or usable_cpus())
+    if os.environ.get("CATLIB_JOBS"):
+        return max(1, int(os.environ["CATLIB_JOBS"]))
+    device = torch.device(device)
+    if device.type == "cpu":
+        return usable_cpus()
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return max(1, min(usable_cpus() - 1, free // RUN_GPU_MEMORY))
+    return 1
 
 
 def worker_devices(device, jobs: int | None = None, devices=None) -> list[str]:
-    """One entry per worker process: ``jobs`` (default :func:`default_jobs`) times "cpu" on
-    the CPU; on CUDA the ``devices`` given (default ``CATLIB_DEVICES``, comma-separated, e.g.
-    "cuda:0,cuda:1"), else the one device. A single entry means: train in this process."""
+    """One entry per worker process: ``jobs`` (default :func:`default_jobs`) times the
+    device; on CUDA with several ``devices`` given (default ``CATLIB_DEVICES``,
+    comma-separated, e.g. "cuda:0,cuda:1"), ``jobs`` workers on each. A single entry
+    means: train in this process."""
     device = torch.device(device)
-    if device.type == "cpu":
-        return ["cpu"] * (jobs or default_jobs(device))
     listed = devices or [d for d in os.environ.get("CATLIB_DEVICES", "").split(",") if d]
     if device.type == "cuda" and listed:
-        return [str(torch.device(d)) for d in listed]
-    return [str(device)]
+        per = jobs or 1
+        return [str(torch.device(d)) for d in listed for _ in range(per)]
+    return [str(device)] * (jobs or default_jobs(device))
 
 
 # Relative cost of a training step, by CAT's kernel and for a baseline (per loop): weights
@@ -117,13 +133,12 @@ def _in_workers(specs: dict, owners: dict, job: Callable[..., dict], slots: list
     (``job``) by spec key."""
     start = dict(mp_context=context, initializer=_start_worker,
                  initargs=(os.getpid(), line.steps))
-    if slots[0] == "cpu":
-        pools = [ProcessPoolExecutor(min(len(slots), len(specs)), **start)]
-        pool_of = lambda spec: pools[0]                                  # noqa: E731
-    else:
-        by_device = {d: ProcessPoolExecutor(1, **start) for d in dict.fromkeys(slots)}
-        pools = list(by_device.values())
-        pool_of = lambda spec: by_device[spec["device"]]                 # noqa: E731
+    # One pool per device, as many processes as it has slots: the CPU's cores, or several
+    # runs sharing one GPU; the same path on both (tests/test_scale.py runs it on the CPU).
+    by_device = {d: ProcessPoolExecutor(min(slots.count(d), len(specs)), **start)
+                 for d in dict.fromkeys(slots)}
+    pools = list(by_device.values())
+    pool_of = lambda spec: by_device[spec["device"]]                     # noqa: E731
     try:
         futures = {pool_of(spec).submit(job, spec): key for key, spec in specs.items()}
         done = {}

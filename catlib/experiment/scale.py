@@ -1,0 +1,265 @@
+"""The scale study: chapter 10's equal-compute comparison repeated at several budgets.
+
+Chapter 10 compares the rows at one budget, the training FLOPs of the KERPLE-prior CAT
+(RK4 x1) at the experiment's steps. Here the budget is a multiple of that: 1x, 2x, 4x, 8x
+(and 16x on a GPU) in training FLOPs. Every row has the experiment's sizes and batches
+(the ``cpu`` profile's: its 1x point is chapter 10's point) and spends its budget its own
+way (:data:`SCALE_ROWS`): as more steps of a cheap model, as more layers, or as a costlier
+block (an ODE solver's evaluations). Each row and seed is one run trained to its largest
+budget that keeps its weights at the steps of each smaller one (``TrainConfig.checkpoints``),
+so a budget costs no training of its own:
+
+- a baseline's point *is* the shorter run (constant learning rate, no schedule);
+- a CAT's Sobolev penalty weight decays over the run's steps
+  (:func:`catlib.training.loop.penalty_weight`), so a CAT's point is its long run stopped
+  early, its penalty still on the long run's schedule. The penalty is tiny at these sizes;
+  the study's artefact holds, for the first seed, the 1x point of chapter 10's own 1x run
+  beside the checkpoint (``schedule_check``), so that the difference is measured, not assumed.
+
+Runs train in the experiment's pool (:func:`catlib.experiment.pool.run_jobs`): on the CPU
+one run per core, on one GPU several runs at once (:func:`catlib.experiment.pool.default_jobs`);
+a run killed or cut resumes from its checkpoint and a finished one is reused, so the
+study can be stopped and started again. ``python -m catlib.experiment.scale`` (``make
+scale``) writes ``results/scale_<device>.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..common.provenance import code_fingerprint
+from ..measure.config import EvalConfig
+from ..nn.config import CATConfig
+from ..runs import atomic_write_text, train_run
+from ..training.loop import TrainConfig
+from .compute import expected_step_flops, matched_budget
+from .frontier import ladder_ce, step_train_flops
+from .grid import MATCHED, ROWS, Row, row_configs
+
+# The rows: chapter 10's rows that decide the equal-compute verdict, each spending the
+# budget its own way, and the CAT kernel with discrete depth of its own (as many Euler
+# blocks as give it the RK4 CAT's FLOPs per step), the row that answers the deep ALiBi.
+# ``blocks_as`` rows get as many blocks as fit the FLOPs per step of the row named.
+ALIBI, ALIBI_DEEP, ROPE = "ALiBi baseline", "ALiBi baseline, layers", "RoPE baseline"
+KERPLE, KERPLE_ODE = "KERPLE-prior CAT", "KERPLE-prior CAT, ODE-consistent"
+EULER, EULER_DEEP = "ALiBi-prior CAT, Euler x1", "ALiBi-prior CAT, Euler blocks"
+_EULER_OPTIONS = (("kernel", "alibi-prior"), ("solver", "euler"), ("solver_steps", 1))
+SCALE_ROWS: dict[str, Row] = {r.label: r for r in (
+    dataclasses.replace(ROWS["ALiBi baseline"], label=ALIBI),
+    dataclasses.replace(ROWS["ALiBi baseline"], label=ALIBI_DEEP),
+    dataclasses.replace(ROWS["RoPE baseline"], label=ROPE),
+    dataclasses.replace(ROWS[MATCHED], label=KERPLE, ladder=()),
+    dataclasses.replace(ROWS["KERPLE-prior CAT, ODE-consistent"], label=KERPLE_ODE, ladder=()),
+    Row(EULER, "causal", "cat", "90/10", _EULER_OPTIONS, ("cat",)),
+    Row(EULER_DEEP, "causal", "cat", "90/10", _EULER_OPTIONS, ("cat",)),
+)}
+BLOCKS_AS = {ALIBI_DEEP: KERPLE, EULER_DEEP: KERPLE}
+BASELINE_ROWS = (ALIBI, ALIBI_DEEP, ROPE)
+
+# Budgets (multiples of the KERPLE-prior CAT's training FLOPs at the experiment's steps)
+# and the seeds trained to each, per device type: on the CPU the last budget on the first
+# seed only (the study must fit about 100 minutes on two cores), on a GPU every seed.
+PLANS = {"cpu": {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2), 8: (0,)},
+         "cuda": {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2), 8: (0, 1, 2), 16: (0, 1, 2)}}
+
+
+def plan_for(device) -> dict[int, tuple]:
+    """``{budget: seeds}`` of a device (``PLANS``; MPS and others take the CPU's)."""
+    return PLANS.get(torch.device(device).type, PLANS["cpu"])
+
+
+def seed_budgets(plan: dict) -> dict[int, list]:
+    """``{seed: [budgets]}``: the budgets each seed is trained to (its run's ladder)."""
+    out: dict[int, list] = {}
+    for budget, seeds in sorted(plan.items()):
+        for s in seeds:
+            out.setdefault(s, []).append(budget)
+    return out
+
+
+def reference_flops(experiment) -> float:
+    """Training FLOPs of the 1x budget: the KERPLE-prior CAT at the experiment's steps."""
+    m, t = row_configs(ROWS[MATCHED], experiment, 0)
+    return expected_step_flops(m, "cat", t.batch, t.seq) * t.train_steps
+
+
+def scale_configs(label: str, experiment, seed: int, budgets) -> tuple:
+    """The model and training configuration of ``label``'s run for ``seed``, trained to
+    the largest of ``budgets``, and ``{budget: steps}``: the steps that give the row each
+    budget (its counted FLOPs per step, the mean over drawn step counts; at least 1)."""
+    row = SCALE_ROWS[label]
+    model, train = row_configs(row, experiment, seed)
+    if label in BLOCKS_AS:
+        of_m, of_t = row_configs(SCALE_ROWS[BLOCKS_AS[label]], experiment, seed)
+        per_step = expected_step_flops(of_m, SCALE_ROWS[BLOCKS_AS[label]].model, of_t.batch, of_t.seq)
+        model = nearest_blocks(model, row.model, per_step, train.batch, train.seq)
+    per_step = expected_step_flops(model, row.model, train.batch, train.seq)
+    unit = reference_flops(experiment)
+    steps = {b: max(1, round(b * unit / per_step)) for b in sorted(budgets)}
+    longest = steps[max(budgets)]
+    train = dataclasses.replace(train, train_steps=longest, checkpoints=tuple(
+        sorted({n for n in steps.values() if n < longest})))
+    return model, train, steps
+
+
+def nearest_blocks(model, key: str, per_step: float, batch: int, seq: int):
+    """``model`` with the number of blocks whose FLOPs per step come nearest ``per_step``
+    (the most within it, or one more where that is nearer: four Euler blocks of the
+    ALiBi-prior CAT cost 1.0001 of the RK4 x1 KERPLE-prior CAT's step, three 0.75)."""
+    k = matched_budget(per_step, model, batch, seq, 1, "layers", key)
+    cost = lambda n: expected_step_flops(dataclasses.replace(model, blocks=n), key, batch, seq)  # noqa: E731
+    if abs(cost(k + 1) - per_step) < abs(cost(k) - per_step):
+        k += 1
+    return dataclasses.replace(model, blocks=k)
+
+
+def scoring(experiment) -> tuple[list, list]:
+    """The lengths of every point and the windows each is scored on: the experiment's
+    ``eval_windows`` at the shorter lengths, ``curve_windows`` at the longest."""
+    ev = experiment.evaluation
+    longest = max(ev.lengths)
+    return list(ev.lengths), [(ev.curve_windows or ev.eval_windows) if L == longest
+                              else ev.eval_windows for L in ev.lengths]
+
+
+def job_specs(experiment, plan: dict, root, rows=None) -> tuple[dict, dict, dict]:
+    """The pool's jobs (:func:`catlib.experiment.pool.run_jobs`): ``(specs, owners,
+    steps)``, one spec per row and seed, scoring its every budget's weights
+    (``ladder``); ``steps[label, seed]``: ``{budget: steps}``."""
+    lengths, caps = scoring(experiment)
+    specs, owners, steps = {}, {}, {}
+    for label in rows or SCALE_ROWS:
+        for seed, budgets in seed_budgets(plan).items():
+            model, tc, steps[label, seed] = scale_configs(label, experiment, seed, budgets)
+            key = (label, seed)
+            specs[key] = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root),
+                              lengths=[tc.seq], eval_windows=experiment.evaluation.eval_windows,
+                              curve_length=None, curve_windows=None, dropout_on=[], copy=None,
+                              ladder=dict(steps=sorted(steps[label, seed].values()),
+                                          lengths=lengths, caps=caps,
+                                          model=SCALE_ROWS[label].model))
+            owners[key] = [key]
+    return specs, owners, steps
+
+
+def open_runs(specs: dict, experiment, device) -> dict:
+    """The finished run of every spec, ``{(label, seed): Run}`` (reused: nothing trains)."""
+    ev = EvalConfig(lengths=(experiment.train.seq,), eval_windows=experiment.evaluation.eval_windows)
+    return {key: train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
+                           root=spec["root"], device=device, evaluation=ev, progress=False,
+                           echo=None) for key, spec in specs.items()}
+
+
+def scale_table(runs: dict, steps: dict, plan: dict, corpus, lengths, caps, device=None) -> dict:
+    """``{row: {"points": [{"budget", "steps", "seeds", "train_flops", "seconds",
+    "ce": {"<length>": [CE per seed]}}]}}``: every row at every budget of ``plan``, CE
+    read from the scores stored with the runs, training FLOPs and seconds counted from each
+    run's log up to the point (mean over its seeds)."""
+    out = {}
+    for label in sorted({label for label, _ in runs}, key=list(SCALE_ROWS).index):
+        key, pts = SCALE_ROWS[label].model, []
+        for budget, seeds in sorted(plan.items()):
+            n = [steps[label, s][budget] for s in seeds]
+            counted = [step_train_flops(runs[label, s], key, k) for s, k in zip(seeds, n)]
+            ce = [ladder_ce(runs[label, s], key, k, corpus, lengths, caps, device)
+                  for s, k in zip(seeds, n)]
+            pts.append({"budget": budget, "steps": int(n[0]), "seeds": list(seeds),
+                        "train_flops": float(np.mean([c[0] for c in counted])),
+                        "seconds": float(np.mean([c[1] for c in counted])),
+                        "ce": {str(L): [c[str(L)] for c in ce] for L in lengths}})
+        out[label] = {"points": pts}
+    return out
+
+
+def schedule_check(experiment, root, runs: dict, steps: dict, corpus, lengths, caps,
+                   device, jobs=None, echo=print) -> dict:
+    """The KERPLE-prior CAT's 1x point two ways, first seed: the long run's checkpoint (its
+    penalty weight on the long schedule) and a run of exactly the 1x steps (chapter 10's
+    run). ``{"checkpoint": {L: ce}, "own_run": {L: ce}}``."""
+    from .pool import run_jobs, worker_devices
+    from .grid import _train_job
+
+    model, tc, _ = scale_configs(KERPLE, experiment, 0, [1])
+    spec = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root), lengths=[tc.seq],
+                eval_windows=experiment.evaluation.eval_windows, curve_length=None,
+                curve_windows=None, dropout_on=[], copy=None,
+                ladder=dict(steps=[tc.train_steps], lengths=lengths, caps=caps, model="cat"))
+    run_jobs({"check": spec}, {"check": [(f"{KERPLE}, 1x run", 0)]}, _train_job,
+             worker_devices(device, 1), echo, 0)
+    own = open_runs({"check": spec}, experiment, device)["check"]
+    return {"steps": tc.train_steps,
+            "checkpoint": ladder_ce(runs[KERPLE, 0], "cat", steps[KERPLE, 0][1], corpus,
+                                    lengths, caps, device),
+            "own_run": ladder_ce(own, "cat", tc.train_steps, corpus, lengths, caps, device)}
+
+
+def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | None = None,
+              echo=print, progress_every: float = 30.0, check_schedule: bool = True) -> dict:
+    """Train (or resume, or reuse) every run of the study and return its artefact:
+    ``{"plan", "rows": scale_table(...), "schedule_check", "wall_seconds"}``."""
+    from ..data import load_corpus
+    from .grid import _train_job
+    from .pool import run_jobs, worker_devices
+
+    start = time.perf_counter()
+    specs, owners, steps = job_specs(experiment, plan, root, rows)
+    run_jobs(specs, owners, _train_job, worker_devices(device, jobs), echo, progress_every)
+    runs = open_runs(specs, experiment, device)
+    corpus = load_corpus(split="90/10")
+    lengths, caps = scoring(experiment)
+    out = {"plan": {str(b): list(s) for b, s in sorted(plan.items())},
+           "rows": scale_table(runs, steps, plan, corpus, lengths, caps, device)}
+    if check_schedule and KERPLE in out["rows"]:
+        out["schedule_check"] = schedule_check(experiment, root, runs, steps, corpus, lengths,
+                                               caps, device, jobs, echo)
+    out["wall_seconds"] = time.perf_counter() - start
+    return out
+
+
+def main(argv=None) -> int:
+    """``python -m catlib.experiment.scale``: train the study and write its artefact."""
+    from ..book.profiles import experiment as profile_experiment
+    from ..common.devices import resolve_device
+    from ..common.provenance import environment
+
+    p = argparse.ArgumentParser(prog="python -m catlib.experiment.scale", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
+    p.add_argument("--profile", default="cpu", help="the sizes and batches (default: cpu, chapter 10's)")
+    p.add_argument("--out", default="results", help="folder of scale_<device>.json")
+    p.add_argument("--root", default="runs", help="folder of the run directories")
+    p.add_argument("--budgets", type=int, nargs="+", help="override the device's budgets (all seeds)")
+    p.add_argument("--seeds", type=int, nargs="+", help="with --budgets: the seeds (default 0 1 2)")
+    p.add_argument("--jobs", type=int, help="runs trained at once (default: the pool's)")
+    args = p.parse_args(argv)
+    device = resolve_device(args.device)
+    plan = ({b: tuple(args.seeds or (0, 1, 2)) for b in args.budgets} if args.budgets
+            else plan_for(device))
+    experiment = profile_experiment(args.profile)
+    kind = device.type
+    root = Path(args.root) / f"scale-{args.profile}-{kind}"
+    print(f"scale study: profile {args.profile}, device {device}, budgets "
+          f"{', '.join(f'{b}x (seeds {list(s)})' for b, s in sorted(plan.items()))}; runs in {root}",
+          flush=True)
+    table = run_study(experiment, root=root, device=device, plan=plan, jobs=args.jobs,
+                      echo=lambda line: print(line, flush=True))
+    table["provenance"] = {**environment(("torch", "numpy"), device), "profile": args.profile,
+                           "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                           "written_by": "python -m catlib.experiment.scale " + " ".join(argv or sys.argv[1:]),
+                           "code": code_fingerprint()}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"scale_{kind}.json" if args.profile == "cpu" else f"scale_{args.profile}_{kind}.json"
+    atomic_write_text(out / name, json.dumps(table, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {out / name} in {table['wall_seconds'] / 60:.1f} min", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

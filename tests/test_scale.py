@@ -1,0 +1,98 @@
+"""The scale study (issue 40): budgets that get the FLOPs they claim, the deep Euler CAT's
+cost, runs trained beside others equal to runs trained alone, a cut study resumed."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from catlib.book import profiles
+from catlib.experiment import compute, scale
+from catlib.experiment.grid import _train_job
+from catlib.runs import RunInterrupted, open_run, train_run
+
+
+@pytest.fixture
+def data(tiny_path, monkeypatch):
+    monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
+
+
+def _small(profile="smoke", steps=4, batch=2):
+    e = profiles.experiment(profile)
+    return dataclasses.replace(e, train=dataclasses.replace(e.train, train_steps=steps, batch=batch))
+
+
+@pytest.mark.parametrize("profile", ["smoke", "cpu"])
+def test_every_budget_gets_the_flops_it_claims(profile):
+    """Within 5 % of the budget times the KERPLE-prior CAT's training FLOPs at the
+    experiment's steps, every row at every budget (batch 2 to keep the count cheap)."""
+    e = _small(profile, steps=profiles.experiment(profile).train.train_steps)
+    unit = scale.reference_flops(e)
+    for label, row in scale.SCALE_ROWS.items():
+        model, train, steps = scale.scale_configs(label, e, 0, [1, 2, 4, 8, 16])
+        per_step = compute.expected_step_flops(model, row.model, train.batch, train.seq)
+        for budget, n in steps.items():
+            assert abs(n * per_step / (budget * unit) - 1) < 0.05, (profile, label, budget)
+        assert sorted((*train.checkpoints, train.train_steps)) == sorted(steps.values())
+
+
+def test_deep_euler_cat_costs_the_rk4_cat_per_step():
+    """The CAT kernel with discrete depth: as many Euler blocks as the RK4 x1 CAT's four
+    evaluations, its FLOPs per step within 10 % of that CAT's (cpu sizes)."""
+    e = _small("cpu", steps=500)
+    deep, t, _ = scale.scale_configs(scale.EULER_DEEP, e, 0, [1])
+    rk4, t4, _ = scale.scale_configs(scale.KERPLE, e, 0, [1])
+    assert deep.blocks == 4 and deep.solver == "euler"
+    ratio = (compute.expected_step_flops(deep, "cat", t.batch, t.seq)
+             / compute.expected_step_flops(rk4, "cat", t4.batch, t4.seq))
+    assert abs(ratio - 1) < 0.10, ratio
+
+
+def _study(root, jobs, rows=(scale.ALIBI, scale.EULER_DEEP)):
+    """The study's rows, less the seconds (timings differ from run to run)."""
+    out = scale.run_study(_small(), root=root, device="cpu", plan={1: (0,), 2: (0,)},
+                          rows=list(rows), jobs=jobs, echo=None, check_schedule=False)
+    for table in out["rows"].values():
+        for point in table["points"]:
+            assert point.pop("seconds") > 0
+    return out
+
+
+def test_runs_beside_others_equal_runs_alone(data, tmp_path):
+    """The pool's shared-device path (two worker processes on one device) gives every run
+    the numbers it has trained alone in this process: the same kernels, bit for bit."""
+    alone, beside = _study(tmp_path / "a", 1), _study(tmp_path / "b", 2)
+    assert alone["rows"] == beside["rows"]
+    (point,) = [p for p in alone["rows"][scale.ALIBI]["points"] if p["budget"] == 2]
+    assert set(point) == {"budget", "steps", "seeds", "train_flops", "ce"}
+    assert set(point["ce"]) == {"16", "32", "64"} and len(point["ce"]["16"]) == 1
+
+
+def test_a_cut_study_resumes_to_the_same_losses(data, tmp_path):
+    """A run killed mid-way (here interrupted after 3 of its steps) resumes from its
+    checkpoint when the study is started again, and ends with the losses of a run never
+    stopped (bitwise: the same kernels twice)."""
+    specs, _, _ = scale.job_specs(_small(), {1: (0,), 2: (0,)}, tmp_path / "cut", [scale.ALIBI])
+    spec = dict(specs[scale.ALIBI, 0], device="cpu")
+
+    def cut(metrics):
+        if metrics["step"] == 2:
+            raise KeyboardInterrupt
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)           # as the pool trains: the same kernels as the straight run
+    try:
+        with pytest.raises(RunInterrupted):
+            train_run(scale.CATConfig.from_dict(spec["model"]), scale.TrainConfig(**spec["train"]),
+                      root=spec["root"], device="cpu", evaluate=False, progress=False,
+                      echo=None, on_step=cut)
+    finally:
+        torch.set_num_threads(threads)
+    resumed = _study(tmp_path / "cut", 1, rows=[scale.ALIBI])
+    straight = _study(tmp_path / "straight", 1, rows=[scale.ALIBI])
+    assert resumed["rows"] == straight["rows"]
+    assert _train_job(dict(spec, root=str(tmp_path / "cut")))["reused"]   # nothing trains again
+    losses = lambda root: [m["base_loss"] for m in open_run(next(root.iterdir())).metrics()  # noqa: E731
+                           if m["kind"] == "train"]
+    assert len(losses(tmp_path / "cut")) == spec["train"]["train_steps"]
+    assert losses(tmp_path / "cut") == losses(tmp_path / "straight")
