@@ -23,6 +23,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from ..common.verdicts import beyond_spread, verdict
 from ..nn.config import FIXED_STEP_SOLVERS
 from .compute import expected_step_flops, matched_budget, run_compute
 
@@ -214,24 +215,14 @@ def _flops_per_token(model, length: int, count) -> float:
 
 def real_lengths(diff, lengths, rebuild: float | None = None) -> list:
     """The lengths where a per-seed difference ``[seeds, lengths]`` is real, by chapter 8's
-    rule: its mean exceeds both its standard deviation over seeds and the rebuild spread."""
-    diff = np.asarray(diff, dtype=float)
-    sd = diff.std(0, ddof=1) if len(diff) > 1 else np.zeros(diff.shape[1])
-    ok = np.abs(diff.mean(0)) > np.maximum(sd, rebuild or 0.0)
-    return [L for L, r in zip(lengths, ok) if r]
+    rule (:func:`catlib.common.verdicts.beyond_spread`)."""
+    return [L for L, r in zip(lengths, beyond_spread(diff, rebuild)) if r]
 
 
 def who_wins(diff, lengths, rebuild: float | None, first: str, second: str) -> str:
-    """One sentence per length from ``diff`` = CE(first) − CE(second) per seed ``[seeds,
-    lengths]``: who is lower, by how much (mean over seeds), and whether it is real."""
-    diff = np.asarray(diff, dtype=float)
-    real = set(real_lengths(diff, lengths, rebuild))
-    parts = []
-    for i, L in enumerate(lengths):
-        d = float(diff[:, i].mean())
-        winner = second if d > 0 else first
-        parts.append(f"at {L}: {winner} by {abs(d):.3f}" + ("" if L in real else " (not real)"))
-    return "; ".join(parts)
+    """:func:`catlib.common.verdicts.verdict` of ``diff`` = CE(first) − CE(second) per seed
+    ``[seeds, lengths]`` (chapter 10's name for it): one sentence, each row named once."""
+    return verdict(diff, lengths, first, second, rebuild)
 
 
 def frontier_leads(table: dict, row: str, other: str, length: str) -> list:

@@ -1,0 +1,144 @@
+"""Verdicts in sentences a person would write (catlib.common.verdicts): every call site's
+verdict, over the patterns a build can produce, names each row at most once a sentence, keeps
+sentences within 60 words and bold runs within 25; so do the glued strings of a smoke build."""
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from catlib.book.publish import equal_compute_summary
+from catlib.common.verdicts import beyond_spread, prose_problems, verdict, verdict_table
+from catlib.experiment import frontier as fr
+from catlib.experiment.grid import AS_LAYERS, AS_STEPS, ROWS
+
+ROOT = Path(__file__).resolve().parent.parent
+LABELS = list(ROWS)
+KERPLE, ALIBI, ODE = "KERPLE-prior CAT", "ALiBi baseline", "KERPLE-prior CAT, ODE-consistent"
+EULER = "ALiBi-prior CAT, Euler x1, CAT's compute as steps"
+# (first, second) of every verdict the book generates: chapter 10 (and the intro and README
+# through it), chapter 8.
+PAIRS = [(KERPLE, ALIBI), (KERPLE, AS_STEPS), (KERPLE, AS_LAYERS), (ODE, AS_STEPS),
+         (EULER, AS_STEPS), ("ALiBi-prior CAT", ALIBI), ("ALiBi-prior CAT", "ALiBi inside the CAT block"),
+         ("ALiBi inside the CAT block", "looped ALiBi baseline, scaled"), (ODE, KERPLE), (ODE, ALIBI)]
+LENGTHS = {"cpu": [128, 512, 1024, 5000], "smoke": [16, 32, 64, 128, 256]}
+
+
+def _patterns(n_lengths):
+    """Per-seed differences a build can give: one row lower everywhere (clearly, or within
+    the noise), the lengths disagreeing, one seed."""
+    rng = np.random.default_rng(0)
+    ramp = np.linspace(0.12, 0.14, n_lengths)
+    mixed = np.linspace(0.05, -0.04, n_lengths)
+    return {"leads": ramp + 0.003 * rng.standard_normal((3, n_lengths)),
+            "trails": -ramp + 0.003 * rng.standard_normal((3, n_lengths)),
+            "noise": 0.002 * rng.standard_normal((3, n_lengths)),
+            "mixed": mixed + 0.004 * rng.standard_normal((3, n_lengths)),
+            "one seed": mixed[None, :]}
+
+
+def _cases():
+    for profile, lengths in LENGTHS.items():
+        for name, diff in _patterns(len(lengths)).items():
+            for first, second in PAIRS:
+                for rebuild in (0.009, None):
+                    yield pytest.param(diff, lengths, first, second, rebuild,
+                                       id=f"{profile}-{name}-{first}-{second}-{rebuild}")
+
+
+@pytest.mark.parametrize("diff, lengths, first, second, rebuild", list(_cases()))
+def test_every_verdict_reads_as_a_sentence(diff, lengths, first, second, rebuild):
+    text = fr.who_wins(diff, lengths, rebuild, first, second)
+    assert text == verdict(diff, lengths, first, second, rebuild)
+    assert prose_problems(text, LABELS) == []
+    # pasted with {glue:text} (bold), a verdict that names one row still fits a bold run
+    if len({first if m < 0 else second for m in np.mean(diff, 0)}) == 1:
+        assert prose_problems(text, LABELS, bold=True) == []
+
+
+def test_a_verdict_names_the_leader_the_range_and_the_noise_in_words():
+    diff = np.array([[0.12, 0.13, 0.14], [0.125, 0.13, 0.139], [0.118, 0.131, 0.141]])
+    text = verdict(diff, [128, 512, 1024], KERPLE, ALIBI, rebuild=0.009)
+    assert text == ("the ALiBi baseline leads at every length, by 0.12-0.14 nats, more than the "
+                    "spread over seeds and over rebuilds.")
+    noisy = verdict(diff * 0.01, [128, 512, 1024], KERPLE, ALIBI, rebuild=0.009)
+    assert "within the spread over seeds and over rebuilds" in noisy and "real" not in noisy
+
+
+def test_where_the_lengths_disagree_each_row_is_named_once_with_its_lengths():
+    diff = np.array([[0.05, 0.03, -0.03], [0.04, 0.0, -0.02]])
+    text = verdict(diff, [128, 512, 1024], KERPLE, AS_STEPS, rebuild=0.009)
+    assert text.startswith(f"the {AS_STEPS}, is lower at 128 and 512, by ")
+    assert f"; the {KERPLE} at 1024, by 0.025 nats" in text
+    assert "at 128 and 1024 only" in text    # 0.015 at 512 is within its spread over seeds
+    table = verdict_table(diff, [128, 512, 1024], KERPLE, AS_STEPS, rebuild=0.009)
+    assert table.splitlines()[2:] == [f"| 128 | {AS_STEPS} | 0.045 | yes |",
+                                      f"| 512 | {AS_STEPS} | 0.015 | no |",
+                                      f"| 1024 | {KERPLE} | 0.025 | yes |"]
+
+
+def test_real_lengths_is_the_verdicts_rule():
+    diff = np.array([[0.05, 0.03, 0.0], [0.04, 0.0, 0.001], [0.045, 0.015, 0.02]])
+    assert fr.real_lengths(diff, [1, 2, 3], 0.009) == [1]      # 2: spread, 3: rebuild
+    assert beyond_spread(diff, 0.009).tolist() == [True, False, False]
+    assert fr.real_lengths(diff[:, 2:], [3], None) == []
+    assert fr.real_lengths(diff[:1], [1, 2, 3], 0.009) == [1, 2]   # one seed: the rebuild only
+
+
+def test_the_readme_lead_reads_as_sentences():
+    lengths = LENGTHS["cpu"]
+    for name, diff in _patterns(len(lengths)).items():
+        text = equal_compute_summary("| row | × ALiBi |\n|---|---:|\n| x | 1.00 |",
+                                     fr.who_wins(diff, lengths, 0.009, KERPLE, AS_STEPS), False,
+                                     EULER, fr.who_wins(-diff, lengths, 0.009, EULER, AS_STEPS),
+                                     True, "+0.047")
+        assert prose_problems(text, LABELS) == [], name
+
+
+def test_the_check_sees_todays_kind_of_verdict():
+    """The README's block of the f447b5c build: a row label four times in one sentence."""
+    old = ("at 128: ALiBi baseline, CAT's compute as steps by 0.142; at 512: ALiBi baseline, "
+           "CAT's compute as steps by 0.136; at 1024: ALiBi baseline, CAT's compute as steps by "
+           "0.131; at 5000: ALiBi baseline, CAT's compute as steps by 0.119.")
+    (problem,) = prose_problems(old, LABELS)
+    assert "named 4 times" in problem
+    assert prose_problems(" ".join(["word"] * 30), LABELS, bold=True)
+
+
+# ------------------------------------------------------------- a smoke build's glued strings
+
+def _glue_text_keys() -> set[tuple[str, str]]:
+    """(notebook, key) of every value a page pastes with {glue:text} (set in bold)."""
+    keys = set()
+    for page in [*(ROOT / "book").glob("*.md"), *(ROOT / "notebooks").glob("*.ipynb")]:
+        text = page.read_text(encoding="utf-8")
+        for path, key in re.findall(r"\{glue:text\}`(?:[^`]*?([0-9]{2}_\w+)\.ipynb::)?(\w+)", text):
+            keys.add((path or page.stem, key))
+    return keys
+
+
+def _glued(executed: Path):
+    """(key, text) of every string glued in an executed notebook."""
+    for cell in json.loads(executed.read_text(encoding="utf-8"))["cells"]:
+        for out in cell.get("outputs", []):
+            key = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            data = out.get("data", {})
+            text = data.get("text/markdown") or data.get("text/plain")
+            if key and text and "image/png" not in data:
+                text = "".join(text)
+                if "text/markdown" not in data:
+                    text = text.strip("'\"")
+                yield key, text
+
+
+EXECUTED = sorted((ROOT / "book" / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.skipif(not EXECUTED, reason="no executed notebooks: run make book-smoke first")
+@pytest.mark.parametrize("path", EXECUTED, ids=lambda p: p.stem)
+def test_every_glued_string_of_the_build_reads_as_sentences(path):
+    bold = _glue_text_keys()
+    problems = [f"{key}: {p}" for key, text in _glued(path)
+                for p in prose_problems(text, LABELS, bold=(path.stem, key) in bold)]
+    assert problems == []
