@@ -17,7 +17,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # Device of `make book`: auto (CUDA, then MPS, then CPU), cpu, cuda or mps.
 DEVICE ?= auto
 
-.PHONY: venv test test-unit test-book lint unit clean book book-smoke nbval nbval-check nbval-refs browser bench gpu-check test-portable unit-portable
+.PHONY: scale venv test test-unit test-book lint unit clean book book-smoke nbval nbval-check nbval-refs browser bench gpu-check test-portable unit-portable
 
 venv: $(STAMP)
 
@@ -112,6 +112,13 @@ clean:
 # Speed, as ratios measured side by side in one run (a few minutes; not a test).
 bench: venv
 	$(PY) -m benchmarks.bench
+
+# The scale study (catlib/experiment/scale.py): chapter 10's rows at 1x-8x its budget on the
+# CPU (about 100 minutes on two cores; stopped and started again, it resumes), 1x-16x with
+# every seed on a GPU (make scale DEVICE=cuda). Writes results/scale_<device>.json, which
+# the book reads; `make book` never trains it.
+scale: venv
+	$(PY) -m catlib.book.scale --device $(if $(filter auto,$(DEVICE)),cpu,$(DEVICE))
 
 # Everything a GPU run needs, in one go within 10 minutes: correctness against the CPU,
 # a timed training step of every row, the cpu book and as much of the paper profile as fits

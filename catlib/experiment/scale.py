@@ -19,25 +19,20 @@ so a budget costs no training of its own:
 Runs train in the experiment's pool (:func:`catlib.experiment.pool.run_jobs`): on the CPU
 one run per core, on one GPU several runs at once (:func:`catlib.experiment.pool.default_jobs`);
 a run killed or cut resumes from its checkpoint and a finished one is reused, so the
-study can be stopped and started again. ``python -m catlib.experiment.scale`` (``make
-scale``) writes ``results/scale_<device>.json``.
+study can be stopped and started again. ``python -m catlib.book.scale`` (``make
+scale``, :mod:`catlib.book.scale`) writes ``results/scale_<device>.json``.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..common.provenance import code_fingerprint
 from ..measure.config import EvalConfig
 from ..nn.config import CATConfig
-from ..runs import atomic_write_text, train_run
+from ..runs import train_run
 from ..training.loop import TrainConfig
 from .compute import expected_step_flops, matched_budget
 from .frontier import ladder_ce, step_train_flops
@@ -221,45 +216,3 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
                                                caps, device, jobs, echo)
     out["wall_seconds"] = time.perf_counter() - start
     return out
-
-
-def main(argv=None) -> int:
-    """``python -m catlib.experiment.scale``: train the study and write its artefact."""
-    from ..book.profiles import experiment as profile_experiment
-    from ..common.devices import resolve_device
-    from ..common.provenance import environment
-
-    p = argparse.ArgumentParser(prog="python -m catlib.experiment.scale", description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
-    p.add_argument("--profile", default="cpu", help="the sizes and batches (default: cpu, chapter 10's)")
-    p.add_argument("--out", default="results", help="folder of scale_<device>.json")
-    p.add_argument("--root", default="runs", help="folder of the run directories")
-    p.add_argument("--budgets", type=int, nargs="+", help="override the device's budgets (all seeds)")
-    p.add_argument("--seeds", type=int, nargs="+", help="with --budgets: the seeds (default 0 1 2)")
-    p.add_argument("--jobs", type=int, help="runs trained at once (default: the pool's)")
-    args = p.parse_args(argv)
-    device = resolve_device(args.device)
-    plan = ({b: tuple(args.seeds or (0, 1, 2)) for b in args.budgets} if args.budgets
-            else plan_for(device))
-    experiment = profile_experiment(args.profile)
-    kind = device.type
-    root = Path(args.root) / f"scale-{args.profile}-{kind}"
-    print(f"scale study: profile {args.profile}, device {device}, budgets "
-          f"{', '.join(f'{b}x (seeds {list(s)})' for b, s in sorted(plan.items()))}; runs in {root}",
-          flush=True)
-    table = run_study(experiment, root=root, device=device, plan=plan, jobs=args.jobs,
-                      echo=lambda line: print(line, flush=True))
-    table["provenance"] = {**environment(("torch", "numpy"), device), "profile": args.profile,
-                           "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-                           "written_by": "python -m catlib.experiment.scale " + " ".join(argv or sys.argv[1:]),
-                           "code": code_fingerprint()}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"scale_{kind}.json" if args.profile == "cpu" else f"scale_{args.profile}_{kind}.json"
-    atomic_write_text(out / name, json.dumps(table, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {out / name} in {table['wall_seconds'] / 60:.1f} min", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
