@@ -107,7 +107,10 @@ def test_pool_trains_the_study_and_stores_every_copy_test(tmp_path, tiny_path, m
     corpus = {"90/10": load_corpus(tiny_path, split="90/10")}
     gains = cu.copy_gains(runs, ex.CHAPTER_ROWS["09_using_context"], lambda label: [0], corpus,
                           [4, 8], 1)
-    assert all(g.shape == (1, 2) and np.isfinite(g).all() for g in gains.values())
+    assert all(t.gain.shape == t.position.shape == (1, 2) and np.isfinite(t.gain).all()
+               for t in gains.values())
+    # Both inputs fit seq = 16 (2d - 1 <= 16): the in-range passages, 8 per passage asked.
+    assert all(t.by_passage[d].shape == (1, 8) for t in gains.values() for d in (4, 8))
 
 
 def test_context_use_part_reaches_results(tmp_path):
@@ -145,6 +148,9 @@ def test_the_in_range_reference_fits_the_training_length():
     assert near == 64 and far == {8: 1000, 16: 2000}     # no 32x: nothing near 4096
     assert cu.reference_distances([32, 100, 400], 128)[0] == 32
     assert cu.reference_distances([32, 100, 128, 400, 1000, 2000, 4000], 128)[1] == {8: 1000, 16: 2000, 32: 4000}
+    # At T = 256, 4000 is 15.6x: 16x, not 32x; two multiples never share a distance.
+    assert cu.reference_distances([128, 2000, 4000], 256)[1] == {8: 2000, 16: 4000}
+    assert cu.reference_distances([8, 16, 64], 32) == (16, {})
 
 
 def test_kept_by_seed_divides_each_seeds_gains():
@@ -184,9 +190,38 @@ def test_the_moonshot_is_met_only_by_a_seed_meeting_every_target():
     assert [s["misses"] for s in seeds] == [[], ["32×"], ["CE"], ["16×", "32×", "drift"]]
     assert seeds[0]["kept"] == pytest.approx({16: 0.95, 32: 0.80})
     assert seeds[0]["of_oracle"] == pytest.approx({16: 0.95, 32: 1.60})
-    untested = cu.moonshot_seeds(gains[:1], ce[:1], drift[:1], d, 64, {16: 2000}, {16: 1.0}, 1.92)
-    assert untested[0]["misses"] == ["32×"] and 32 not in untested[0]["kept"]
-    table = cu.moonshot_markdown({"a": ([0, 1], seeds[:2]), "b": ([0], untested)},
-                                 {"a": 6.5, "b": 1.2}, {16: 2000}).splitlines()
-    assert len(table) == 2 + 3 and table[2].endswith("| met |") and "missed (32×)" in table[3]
-    assert "not tested" in table[4] and "| 6.5 |" in table[2] and "| 95% | 95% |" in table[2]
+    # An untested target is neither met nor missed, and the verdict names it.
+    untested = cu.moonshot_seeds(gains[:2], ce[:2], drift[:2], d, 64, {16: 2000}, {16: 1.0}, 1.92)
+    assert [u["misses"] for u in untested] == [[], []] and 32 not in untested[0]["kept"]
+    table = cu.moonshot_markdown({"a": ([0, 1], seeds[:2])}, {"a": 6.5}, far).splitlines()
+    assert len(table) == 2 + 2 and table[2].endswith("| met |") and "missed (32×)" in table[3]
+    assert "| 6.5 |" in table[2] and "| 95% | 95% |" in table[2]
+    table = cu.moonshot_markdown({"b": ([0], untested[:1])}, {"b": 1.2}, {16: 2000}).splitlines()
+    assert "not tested" in table[2] and table[2].endswith("| met where tested (32× not tested) |")
+
+
+def test_kept_intervals_read_each_seeds_passages():
+    # Catches an interval that ignores the passages' spread, or a fraction that is not the
+    # seed's own (mean far / mean near).
+    rng = np.random.default_rng(1)
+    near = np.stack([1.0 + 0.2 * rng.standard_normal(32), 1.0 + 0.02 * rng.standard_normal(32)])
+    far = np.stack([0.5 + 0.1 * rng.standard_normal(4), 0.5 + 0.01 * rng.standard_normal(4)])
+    test = cu.CopyTest(gain=None, position=None, by_passage={64: near, 1000: far})
+    k = cu.kept_intervals(test, 64, 1000)
+    assert k.shape == (2, 3)
+    assert k[:, 0] == pytest.approx(far.mean(1) / near.mean(1))
+    assert (k[:, 1] < k[:, 0]).all() and (k[:, 0] < k[:, 2]).all()
+    assert k[1, 2] - k[1, 1] < (k[0, 2] - k[0, 1]) / 4          # ten times less spread
+    assert np.isnan(cu.kept_intervals(cu.CopyTest(None, None, {64: near / 100, 1000: far}), 64, 1000)).all()
+    assert cu.kept_words(k[1]).startswith(f"{k[1, 0]:.0%} [")
+    from catlib.measure.kept import differs
+    assert differs((0.58, 0.55, 0.61), (0.42, 0.40, 0.44)) and not differs((0.59, 0.54, 0.64), (0.58, 0.56, 0.60))
+
+
+def test_half_kept_reads_every_seed():
+    # Catches a target read from the seeds' mean (issue 43: a row passed with 54.8 % as the
+    # mean while one seed kept 48.7 %).
+    kept = {8: np.array([[0.58, 0, 0], [0.58, 0, 0], [0.487, 0, 0]]),
+            16: np.array([[0.6, 0, 0]] * 3)}
+    assert kept[8][:, 0].mean() >= 0.5 and not cu.half_kept(kept)
+    assert cu.half_kept({8: kept[16], 16: kept[16]}) and not cu.half_kept({32: kept[16]})

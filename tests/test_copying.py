@@ -1,11 +1,14 @@
-"""The copy test (catlib.measure.copying): passages, copy_ce, copy_gain.
+"""The copy test (catlib.measure.copying): passages, copy_scores, copy_gain, the oracle.
 
 What each test catches:
 - first and second copies scored at the wrong positions (a model that copies exactly
   d characters back must gain the whole of log V; one that reads the current token only
   must gain nothing);
-- passages that differ between models or calls, or that run past the validation split;
-- a model left in eval mode after the test, or scored in train mode.
+- a gain that carries a position term (a model of position alone must gain nothing);
+- passages that differ between models or calls, or that run past the validation split,
+  and control prefixes that overlap their passages;
+- a model left in eval mode after the test, or scored in train mode;
+- an oracle whose gain rewards a bad first copy (above log V on random characters).
 """
 import math
 
@@ -13,8 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from catlib.measure.copying import (copy_ce, copy_gain, in_range_distance, oracle_copy_curve,
-                                    oracle_copy_gain, passages, random_passages)
+from catlib.measure.copying import (BATCH_TOKENS, IN_RANGE_PASSAGES, control_passages,
+                                    copy_gain, copy_scores, copy_test, in_range_distance,
+                                    oracle_copy_curve, oracle_copy_gain, passages, random_passages)
 
 V = 11
 EPS64 = torch.finfo(torch.float64).eps
@@ -23,6 +27,12 @@ LOGIT = 30.0     # the copier's logit on the token it copies; every other logit 
 
 def _ids(n: int, seed: int) -> torch.Tensor:
     return torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def copy_ce(model, x):
+    """CE per passage on the first and the second copy of passages ``x [n, d]``."""
+    s = copy_scores(model, x, x.roll(1, 0))
+    return s["first"], s["second"]
 
 
 class Copier(torch.nn.Module):
@@ -71,16 +81,18 @@ def test_an_exact_copier_gains_all_of_log_v(d):
     tol = 64 * EPS64 * math.log(V)
     np.testing.assert_allclose(first, math.log(V), rtol=0, atol=tol)
     np.testing.assert_allclose(second, want_second, rtol=0, atol=tol)
-    gain = copy_gain(model, val, distances=(d,), n=4)
-    assert list(gain) == [d]
-    assert abs(gain[d] - (math.log(V) - want_second)) <= tol
-    assert gain[d] > math.log(V) - 1e-9
+    test = copy_test(model, val, distances=(d,), n=4)
+    assert list(test) == [d]
+    np.testing.assert_allclose(test[d]["second"], want_second, rtol=0, atol=tol)
+    # Its control: confident guesses from the unrelated prefix, no better than uniform.
+    assert copy_gain(model, val, distances=(d,), n=4)[d] > math.log(V) - 1e-9
 
 
 def test_the_copier_at_another_distance_gains_nothing_positive():
-    # Its confident guesses d' - 1 back are wrong on random text: a loss, not a gain.
-    gain = copy_gain(Copier(7), _ids(500, 1), distances=(12,), n=4)
-    assert gain[12] < 0
+    # Its confident guesses d' - 1 back are wrong on random text: the second copy costs
+    # more than the first, and no less than the control.
+    test = copy_test(Copier(7), _ids(500, 1), distances=(12,), n=4)[12]
+    assert np.mean(test["first"] - test["second"]) < 0
 
 
 def test_a_bigram_model_gains_nothing():
@@ -135,16 +147,63 @@ def test_scored_in_eval_mode_and_mode_restored(training):
     assert model.modes and not any(model.modes)          # every forward pass in eval mode
 
 
-def test_one_forward_pass_per_passage_of_2d_minus_1_ids():
-    lengths = []
+def test_short_passages_are_read_several_to_a_forward_pass_long_ones_alone():
+    shapes = []
 
     class Spy(Copier):
         def forward(self, x):
-            lengths.append(tuple(x.shape))
+            shapes.append(tuple(x.shape))
             return super().forward(x)
 
-    copy_ce(Spy(3), passages(_ids(300, 6), 10, 5))
-    assert lengths == [(1, 19)] * 5
+    copy_ce(Spy(3), passages(_ids(300, 6), 10, 5))       # 5 copies and 5 controls, 19 ids each
+    assert shapes == [(10, 19)]
+    shapes.clear()
+    d = BATCH_TOKENS // 2 + 1                               # 2d - 1 > BATCH_TOKENS
+    copy_ce(Spy(3), passages(_ids(3 * d + 10, 6), d, 2))
+    assert shapes == [(1, 2 * d - 1)] * 4
+
+
+class Position(torch.nn.Module):
+    """Logits ``[B, T, V]`` of position alone: row t is a fixed random vector of t (no
+    input read), so that its CE changes along the sequence and it cannot copy."""
+
+    def __init__(self, length: int):
+        super().__init__()
+        self.table = torch.nn.Parameter(3 * torch.randn(length, V, generator=torch.Generator().manual_seed(9)))
+
+    def forward(self, x: torch.Tensor):
+        return self.table[:x.shape[1]].expand(len(x), -1, -1), torch.zeros(())
+
+
+@pytest.mark.parametrize("random_seed", [None, 3])
+def test_a_model_of_position_alone_gains_nothing(random_seed):
+    # Catches the position term in the gain (issue 43): CE(first) - CE(second) of this model
+    # is its position term, far from 0; against the control, the same positions, it is 0.
+    val, d = _ids(3000, 8), 40
+    model = Position(2 * d)
+    raw = copy_test(model, val, (d,), 4, random_seed=random_seed, vocab_size=V)[d]
+    assert abs(np.mean(raw["first"] - raw["second"])) > 0.1
+    gain = copy_gain(model, val, (d,), 4, random_seed=random_seed, vocab_size=V)[d]
+    # The same float32 logits rows in the control and the second copy: equal CE.
+    assert gain == 0.0
+
+
+def test_control_prefixes_lie_half_the_split_away_and_never_overlap():
+    val = torch.arange(1000)
+    x, y = passages(val, 100, 4), control_passages(val, 100, 4)
+    assert y.shape == x.shape
+    assert (abs(y[:, 0] - x[:, 0]) >= 100).all()            # no passage meets its prefix
+    assert torch.equal(control_passages(val, 100, 4), y)    # the same for every model
+    with pytest.raises(ValueError, match="shorter distance"):
+        control_passages(val, 400, 2)                       # 1000 ids: no room half away
+
+
+def test_in_range_distances_get_more_passages():
+    val = _ids(3000, 1)
+    test = copy_test(Copier(4), val, (8, 100), 3, train_length=16)
+    assert len(test[8]["first"]) == 3 * IN_RANGE_PASSAGES     # 2 * 8 - 1 <= 16
+    assert len(test[100]["first"]) == 3
+    assert len(copy_test(Copier(4), val, (8,), 3)[8]["first"]) == 3   # no training length given
 
 
 def test_runs_on_catlib_models():
@@ -195,13 +254,33 @@ def test_the_oracle_is_uniform_without_history_and_copies_a_random_string():
     assert ce[:d - 1].mean() - ce[d:].mean() > 3.0
 
 
-def test_the_oracle_reads_only_the_input_and_a_one_gram_confuses_more():
+def test_the_oracle_reads_only_its_passages_and_a_one_gram_confuses_more():
     ids = _ids(4000, 3)
     g = oracle_copy_gain(ids, 65, distances=(50, 400), n=2, ks=(1, 6))
-    assert g == oracle_copy_gain(ids, 65, distances=(50, 400), n=2, ks=(1, 6))
+    # The ids outside both distances' passages, changed: the same gains.
+    used = torch.zeros(len(ids), dtype=torch.bool)
+    for d in (50, 400):
+        for s in (k * (len(ids) - d) // 2 for k in range(2)):
+            used[s:s + d] = True
+    other = torch.where(used, ids, (ids + 1) % V)
+    assert (other != ids).any()
+    assert oracle_copy_gain(other, 65, distances=(50, 400), n=2, ks=(1, 6)) == g
     assert g[6][400] > g[1][400] and g[6][50] > 0
     r = oracle_copy_gain(ids, 65, distances=(50,), n=2, ks=(6,), random_seed=0)
     assert r[6][50] > 3.0
+
+
+def test_the_oracle_gains_at_most_log_v_and_its_best_k_copies_best():
+    # Catches the first-copy inflation (issue 43): scored by CE(first) - CE(second) with its
+    # own smoothed first copy, the oracle gained more than log V on random characters and
+    # its largest gain went to k = 1, whose first copy is the worst, not to the best copier.
+    v, d = 65, 1000
+    g = oracle_copy_gain(torch.arange(10), v, distances=(d,), n=2, ks=range(1, 5), random_seed=0)
+    assert all(g[k][d] <= math.log(v) for k in g)
+    x = random_passages(v, d, 2, seed=0)
+    second = {k: np.mean([oracle_copy_curve(p, k, v)[d:].mean() for p in x]) for k in g}
+    best = max(g, key=lambda k: g[k][d])
+    assert best == min(second, key=second.get) and best > 1
 
 
 def test_the_oracle_recovers_a_unique_second_copy_and_is_ambiguous_by_hand():
@@ -220,18 +299,28 @@ def test_the_oracle_recovers_a_unique_second_copy_and_is_ambiguous_by_hand():
 
 
 @pytest.mark.parametrize("profile", ["smoke", "cpu", "paper"])
-def test_every_profiles_in_range_distance_fits_its_training_length(profile):
-    from catlib.book.profiles import experiment
+def test_every_profile_tests_every_multiple_its_targets_name(profile):
+    # Catches a target that no distance tests (the paper profile's 32x: 4000 is 15.6x its
+    # training length of 256) and two multiples read at one distance (the smoke profile's
+    # 8x and 16x, both d = 64), unless the profile says it leaves the multiple out.
+    from catlib.book import context_use as cu
+    from catlib.book.profiles import COPY_UNTESTED, PROFILES, experiment
     seq = experiment(profile).train.seq
-    assert 2 * in_range_distance(seq) - 1 <= seq
+    _, far = cu.reference_distances(PROFILES[profile]["09_using_context"]["copy_distances"], seq)
+    named = {*cu.HALF_KEPT, *cu.MOONSHOT}
+    assert set(far) == named - set(COPY_UNTESTED[profile])
+    assert all(abs(far[m] - m * seq) <= m * seq / 4 for m in far)
+    assert len(set(far.values())) == len(far)
 
 
 def test_an_exact_copier_on_random_characters_gains_all_of_log_v():
     # Catches a random-character test that scores other passages than random_passages
     # gives, or that needs no vocabulary size.
-    gain = copy_gain(Copier(16), _ids(500, 0), distances=(16,), n=3, random_seed=5, vocab_size=V)
+    test = copy_test(Copier(16), _ids(500, 0), distances=(16,), n=3, random_seed=5, vocab_size=V)
+    x = random_passages(V, 16, 3, seed=5)
+    assert np.array_equal(test[16]["first"], copy_ce(Copier(16), x)[0])
     want = math.log(V) - math.log1p((V - 1) * math.exp(-LOGIT))
-    assert abs(gain[16] - want) <= 64 * EPS64 * math.log(V)
+    assert abs(np.mean(test[16]["first"] - test[16]["second"]) - want) <= 64 * EPS64 * math.log(V)
     with pytest.raises(ValueError, match="vocab_size"):
         copy_gain(Copier(16), _ids(500, 0), distances=(16,), n=3, random_seed=5)
 

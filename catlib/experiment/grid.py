@@ -25,6 +25,7 @@ from ..data import Corpus, load_corpus
 from ..measure.config import EvalConfig
 from ..measure.evaluate import context_table, n_windows
 from .config import ExperimentConfig
+from .copy_runs import run_copy_gain  # noqa: F401 (chapter 9's copy test, run in the pool)
 from .frontier import frontier_scoring
 from ..measure.extrapolation import position_ce
 from .pool import default_jobs, run_jobs, worker_devices  # noqa: F401 (default_jobs: its earlier home)
@@ -459,31 +460,6 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
                           lambda: position_ce(model, corpus.val, length, n_windows,
                                               device=device).tolist())
     return np.array(ce, dtype=float)
-
-
-def run_copy_gain(run: Run, model_key: str, corpus: Corpus, distances, passages: int,
-                  device=None, random_seed: int | None = None) -> dict[int, dict[str, np.ndarray]]:
-    """The copy test ``{distance: {"first", "second", "control": CE per passage}}`` of one
-    model of a run (:func:`catlib.measure.copying.copy_test` on the validation split, or
-    with ``random_seed`` on random characters), stored with the run like :func:`position_curve`."""
-    from ..measure.copying import copy_test
-
-    check_split(run, corpus)
-    model = run.load_weights(device or "cpu")[0][model_key]
-    if model is None:
-        raise ValueError(f"{run.path.name} did not train {model_key!r}")
-    distances = sorted(int(d) for d in distances)     # one identity for any order given
-    ident = {"weights": weights_digest({model_key: model}),
-             "code": code_fingerprint() + code_fingerprint(("measure.copying",)),
-             "distances": distances, "passages": passages}
-    name = f"copy-{model_key}.json"
-    if random_seed is not None:
-        ident["random_seed"], name = random_seed, f"copy-random-{model_key}.json"
-    scores = stored_with_run(run, name, ident, lambda: {
-        str(d): {k: v.tolist() for k, v in s.items()} for d, s in copy_test(
-            model, corpus.val, distances, passages, device, random_seed, len(corpus.vocab),
-            run.train_config.seq).items()})
-    return {int(d): {k: np.array(v) for k, v in s.items()} for d, s in scores.items()}
 
 
 def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
