@@ -1,9 +1,8 @@
 """Chapter 10's measurements: budgets matched in training compute, the loss-compute frontier
 and the inference dial.
 
-- :func:`budget_configs`: the configuration of a row whose steps or layers are set by
-  compute (``Row.steps_share``, ``Row.compute_as``, ``Row.ladder``), the multiplier
-  computed from counted FLOPs (:mod:`catlib.experiment.compute`), never typed.
+- :func:`~catlib.experiment.rows.budget_configs` (in :mod:`~catlib.experiment.rows`): the
+  configuration of a row whose steps or layers are set by counted compute.
 - :func:`frontier_table`: CE against training FLOPs, per row, at several budgets. A
   baseline's points are the weights one long run kept on its way (``TrainConfig.
   checkpoints``: the learning rate is constant and there is no schedule, so the weights
@@ -18,127 +17,17 @@ and the inference dial.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
-import torch
 
 from ..common.verdicts import beyond_spread, verdict
-from ..nn.config import FIXED_STEP_SOLVERS
-from .compute import expected_step_flops, matched_budget, run_compute
+from .grid import run_refinement
+from .ladder import (FRONTIER_LONG_WINDOWS, frontier_scoring, ladder_ce,  # noqa: F401
+                     ladder_model, ladder_points, step_train_flops)
+from .rows import ROWS, budget_configs  # noqa: F401 (budget_configs: its earlier home)
 
 # The inference dial: (solver, steps), from the cheapest; the trained solver is added.
 DIAL = (("euler", 1), ("euler", 2), ("rk4-classic", 1), ("euler", 4), ("rk4-classic", 2),
         ("euler", 8), ("rk4-classic", 4))
-
-
-# The longest length of the frontier is scored on at most this many windows (the table's
-# curve uses more): the frontier's points are many, and each is a forward pass per window.
-FRONTIER_LONG_WINDOWS = 4
-
-
-def frontier_scoring(lengths, eval_windows: int, curve_windows: int | None) -> tuple[list, list]:
-    """The lengths of the frontier (the shortest and the longest of ``lengths``) and the
-    windows each is scored on: ``eval_windows`` at the shortest, at most
-    :data:`FRONTIER_LONG_WINDOWS` at the longest."""
-    longest = max(lengths)
-    return ([min(lengths), longest],
-            [eval_windows, min(FRONTIER_LONG_WINDOWS, curve_windows or eval_windows)])
-
-
-def budget_configs(row, experiment, model, train):
-    """The model and training configuration of a chapter-10 row (see
-    :class:`catlib.experiment.Row`): ``model`` and ``train`` are the row's plain ones.
-
-    ``steps_share`` s: ``round(s * train_steps)`` steps. ``compute_as`` ("steps", R): as
-    many steps as give the row the training FLOPs of row R at the experiment's steps (R's
-    expected FLOPs per step, counted, times its steps, over the row's own FLOPs per step);
-    ("layers", R): the most layers whose FLOPs per step stay within R's, then as many
-    steps as give it R's training FLOPs (layers come in whole numbers: at the ``cpu``
-    profile's sizes 4 ALiBi layers cost 1.00 of the RK4 x1 CAT's FLOPs per step, so they
-    train the experiment's steps). ``ladder``: the weights are also kept after ``round(f *
-    train_steps)`` steps for each share f, those below the run's own steps.
-    """
-    from .grid import ROWS, row_configs
-
-    steps = experiment.train.train_steps
-    if row.steps_share != 1.0:
-        train = dataclasses.replace(train, train_steps=max(1, round(row.steps_share * steps)))
-    if row.compute_as:
-        how, of = row.compute_as
-        m_of, t_of = row_configs(ROWS[of], experiment, train.seed)
-        if ROWS[of].is_cat and m_of.resolved().solver not in FIXED_STEP_SOLVERS:
-            raise ValueError(f"{row.label}: matching the compute of {of!r} needs its FLOPs per "
-                             f"step, which its adaptive solver {m_of.resolved().solver!r} does "
-                             f"not fix in advance; use a fixed-step solver {FIXED_STEP_SOLVERS}")
-        target = expected_step_flops(m_of, ROWS[of].model, t_of.batch, t_of.seq) * t_of.train_steps
-        n = matched_budget(target, model, train.batch, train.seq, steps, how, row.model)
-        if how == "layers":       # whole layers, then the FLOPs they leave as steps
-            model = dataclasses.replace(model, blocks=n)
-            n = matched_budget(target, model, train.batch, train.seq, steps, "steps", row.model)
-        train = dataclasses.replace(train, train_steps=n)
-    if row.ladder:
-        keep = sorted({round(f * steps) for f in row.ladder} - {0})
-        train = dataclasses.replace(train, checkpoints=tuple(
-            n for n in keep if n < train.train_steps))
-    return model, train
-
-
-def ladder_model(run, step: int, model_key: str, device="cpu"):
-    """The model ``model_key`` of ``run`` with the weights it kept after ``step`` steps
-    (``TrainConfig.checkpoints``); the final weights when ``step`` is the run's last."""
-    from ..nn.baselines import Baseline
-    from ..nn.model import CAT
-    from ..runs import RunError
-    from ..runs.files import load_checkpoint
-    from ..runs.training import ladder_file
-
-    if step == run.train_config.train_steps:
-        return run.load_weights(device)[0][model_key]
-    path = run.path / ladder_file(step, model_key)
-    if not path.exists():
-        raise RunError(f"{path} is missing: the run kept no weights after {step} steps "
-                       f"(its checkpoints: {list(run.train_config.checkpoints)})")
-    ck = load_checkpoint(path, "cpu")
-    if not isinstance(ck, dict) or ck.get("config_hash") != run.hash:
-        raise RunError(f"{path} was written for another config; retrain the run")
-    with torch.random.fork_rng(devices=[]):
-        net = (CAT if model_key == "cat" else Baseline)(run.model_config)
-    net.load_state_dict(ck["state_dict"])
-    return net.to(device)
-
-
-def ladder_points(run, model_key: str) -> list[int]:
-    """The steps of the run's ladder: its kept checkpoints and its last step."""
-    tc = run.train_config
-    return sorted({*tc.checkpoints, tc.train_steps})
-
-
-def ladder_ce(run, model_key: str, step: int, corpus, lengths, caps, device=None) -> dict:
-    """CE ``{length: ce}`` of the weights ``run`` kept after ``step`` steps at each of
-    ``lengths`` on at most ``caps[i]`` windows (:func:`catlib.measure.evaluate.cross_entropy`),
-    stored with the run (valid for the weights, the code and the settings)."""
-    from ..measure.evaluate import cross_entropy
-    from ..common.provenance import code_fingerprint
-    from ..runs import stored_with_run, weights_digest
-
-    model = ladder_model(run, step, model_key, device or "cpu")
-    ident = {"weights": weights_digest({model_key: model}),
-             "code": code_fingerprint() + code_fingerprint(("experiment.frontier",)),
-             "step": step, "lengths": list(lengths), "windows": list(caps)}
-    return stored_with_run(run, f"ladder-ce-{step}-{model_key}.json", ident, lambda: {
-        str(L): cross_entropy(model, corpus.val, L, eval_windows=n, device=device)["ce"]
-        for L, n in zip(lengths, caps)})
-
-
-def step_train_flops(run, model_key: str, step: int) -> tuple[float, float]:
-    """``(train FLOPs, seconds)`` of the first ``step`` steps of ``run``'s model (a ladder
-    point: its share of the run's counted FLOPs and logged seconds)."""
-    full = run_compute(run)[model_key]
-    per = {int(n): f for n, f in full["flops_per_step"].items()}
-    train = [m for m in run.metrics() if m.get("kind") == "train" and m["step"] < step]
-    nfe = [int(m["nfe_forward"]) if model_key == "cat" else 0 for m in train]
-    return float(sum(per[n] for n in nfe)), float(sum(m["seconds"] for m in train))
 
 
 def frontier_table(runs: dict, points: dict, corpus, lengths, caps, device=None) -> dict:
@@ -149,8 +38,6 @@ def frontier_table(runs: dict, points: dict, corpus, lengths, caps, device=None)
     ``runs[label, seed]`` after ``step`` steps (their final weights or a ladder point);
     ``train_flops`` and ``seconds`` are the mean over its seeds. ``corpus``: the rows' split.
     """
-    from .grid import ROWS
-
     out = {}
     for row, plist in points.items():
         pts = []
@@ -174,7 +61,6 @@ def dial_table(run, corpus, lengths, caps, dial=DIAL, device=None) -> dict:
     :func:`catlib.measure.cost.forward_flops_per_token` on one window of each length."""
     from ..nn.model import solved_with
     from ..measure.refinement import solver_label
-    from .grid import run_refinement
 
     cat = run.load_weights(device or "cpu")[0]["cat"]
     out = {}

@@ -35,8 +35,10 @@ from ..nn.config import CATConfig
 from ..runs import train_run
 from ..training.loop import TrainConfig
 from .compute import expected_step_flops, matched_budget
-from .frontier import ladder_ce, step_train_flops
-from .grid import MATCHED, ROWS, Row, row_configs
+from .grid import _train_job
+from .ladder import ladder_ce, step_train_flops
+from .pool import run_jobs, worker_devices
+from .rows import MATCHED, ROWS, Row, row_configs
 
 # The rows: chapter 10's rows that decide the equal-compute verdict, each spending the
 # budget its own way, and the CAT kernel with discrete depth of its own (as many Euler
@@ -178,9 +180,6 @@ def schedule_check(experiment, root, runs: dict, steps: dict, corpus, lengths, c
     """The KERPLE-prior CAT's 1x point two ways, first seed: the long run's checkpoint (its
     penalty weight on the long schedule) and a run of exactly the 1x steps (chapter 10's
     run). ``{"checkpoint": {L: ce}, "own_run": {L: ce}}``."""
-    from .pool import run_jobs, worker_devices
-    from .grid import _train_job
-
     model, tc, _ = scale_configs(KERPLE, experiment, 0, [1])
     spec = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root), lengths=[tc.seq],
                 eval_windows=experiment.evaluation.eval_windows, curve_length=None,
@@ -200,8 +199,6 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
     """Train (or resume, or reuse) every run of the study and return its artefact:
     ``{"plan", "rows": scale_table(...), "schedule_check", "wall_seconds"}``."""
     from ..data import load_corpus
-    from .grid import _train_job
-    from .pool import run_jobs, worker_devices
 
     start = time.perf_counter()
     specs, owners, steps = job_specs(experiment, plan, root, rows)
