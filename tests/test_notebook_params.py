@@ -56,6 +56,7 @@ VALID = {
                               study_solver="rk4-classic", copy_distances=[20, 5],
                               copy_passages=1)],
     "10_equal_compute": [dict(seeds=[5], train_steps=16, n_heads=4, lengths=[32, 40])],
+    "11_scale": [dict(figure_dir="")],
 }
 
 # One invalid parameter per notebook, and a word its one-line error must contain.
@@ -70,6 +71,7 @@ INVALID = {
     "08_beyond": (dict(solver="rk5"), "solver"),
     "09_using_context": (dict(study_periods=[8, 400]), "study_periods"),
     "10_equal_compute": (dict(dial_windows=0), "dial_windows"),
+    "11_scale": (dict(device="tpu"), "device"),
 }
 
 

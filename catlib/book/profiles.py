@@ -65,6 +65,7 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  study_periods=[4, 28], study_batch=4,
                                  copy_distances=[8, 16, 256, 512, 1024], copy_passages=2),
         "10_equal_compute": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], dial_windows=1),
+        "11_scale": {},       # reads results/scale_<device>.json: trains nothing in any profile
     },
     "cpu": {
         "01_spectral_kernels": dict(n_freq=32, grid=128, n_heads=4),
@@ -89,6 +90,7 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  study_periods=[8, 112], study_batch=20,
                                  copy_distances=[32, 64, 400, 1000, 2000], copy_passages=4),
         "10_equal_compute": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], dial_windows=2),
+        "11_scale": {},
     },
     "paper": {
         "01_spectral_kernels": dict(n_freq=48, grid=256, n_heads=8),
@@ -115,6 +117,7 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  copy_distances=[32, 100, 128, 400, 1000, 2000, 4000, 8000],
                                  copy_passages=16),
         "10_equal_compute": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], dial_windows=8),
+        "11_scale": {},
     },
 }
 
