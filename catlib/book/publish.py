@@ -30,6 +30,9 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
     compute = root / "book" / "_generated" / "equal_compute.md"   # chapter 10, when it ran
     if compute.exists():
         text = f"{label}\n\n{compute.read_text().strip()}\n\nAt equal parameters and training steps (chapter 6):\n\n{table.read_text().strip()}\n"
+    scale = root / "book" / "_generated" / "scale_answer.md"       # chapter 11, when it ran
+    if scale.exists():
+        text = text.replace(f"{label}\n\n", f"{label}\n\n{scale.read_text().strip()}\n\n", 1)
     out = root / "results" / f"headline_{profile}.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text(text)
