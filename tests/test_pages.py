@@ -71,7 +71,7 @@ def used_keys(text: str) -> list[str]:
 
 
 def test_every_notebook_is_found():
-    assert len(NOTEBOOKS) == 10, [p.name for p in NOTEBOOKS]
+    assert len(NOTEBOOKS) == 11, [p.name for p in NOTEBOOKS]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

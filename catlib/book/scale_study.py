@@ -268,6 +268,14 @@ def draw(study: dict, axes, lengths_shown=None) -> None:
                title=f"length {L}")
 
 
+def within_budget(study: dict, tolerance: float = 0.05) -> bool:
+    """Whether every point's counted training FLOPs lie within ``tolerance`` of its budget
+    times the 1× budget's FLOPs."""
+    unit = _unit_flops(study)
+    return all(abs(p["train_flops"] / (p["budget"] * unit) - 1) < tolerance
+               for t in study["rows"].values() for p in t["points"])
+
+
 def _unit_flops(study: dict) -> float:
     """The FLOPs of the 1× budget (the KERPLE-prior CAT's point there, else any row's)."""
     p = point(study, KERPLE, 1) or next(point(study, r, 1) for r in study["rows"]
@@ -283,3 +291,57 @@ def answer(study: dict) -> str:
     if KERPLE in study["rows"]:
         out.append(lead_verdict(study, KERPLE))
     return " ".join(out)
+
+
+NO_STUDY = ("No artefact of the scale study is in `results/` in this build: run `make scale` "
+            "(or `make scale DEVICE=cuda`) to write one.")
+
+
+def chapter_texts(studies: dict, main: str | None) -> dict[str, str]:
+    """Chapter 11's generated Markdown, by glue key, from the study of device ``main``
+    (``studies``: :func:`load_studies`): the answer, where it was read from and what it
+    lacks, the schedule check, the tables, the verdicts and the moonshot."""
+    keys = ("where", "schedule", "lead_table", "ce_short", "ce_long", "budget_verdicts",
+            "row_verdicts", "moon")
+    study = studies.get(main)
+    if study is None:
+        return {"answer": NO_STUDY, **{key: "(no artefact)" for key in keys}}
+    ls, prov = lengths(study), study.get("provenance", {})
+    commit = prov.get("commit") or (prov.get("git") or {}).get("commit") or "unknown"
+    others = [d for d in studies if d != main]
+    where = (f"Read from `results/scale_{main}.json` (commit {str(commit)[:12]}, "
+             f"{prov.get('date') or study.get('date') or 'date unknown'})"
+             + (f"; the {', '.join(others)} study is drawn below" if others else "") + ". "
+             + missing(study))
+    check = study.get("schedule_check")
+    schedule = ("at the 1× budget, the long run's checkpoint against a run of exactly that "
+                "many steps (first seed): " + ", ".join(
+                    f"{check['checkpoint'][L] - check['own_run'][L]:+.3f} at {L}" for L in ls)
+                + " nats (checkpoint minus run)." if check else
+                "this artefact holds no such check.")
+    moon = []
+    for r in CAT_ROWS:
+        if r in study["rows"]:
+            m = moonshot(study, r)
+            moon.append(f"the {name(r)}: " + ("met" if m["met"] else "missed")
+                        + (f", smallest lead {m['smallest']:+.3f}" if m["smallest"] is not None else "")
+                        + (f" (untested at {', '.join(f'{b}×' for b in m['untested'])}: a seed "
+                           f"or a baseline missing)" if m["untested"] else ""))
+    return {"answer": answer(study), "where": where.strip(), "schedule": schedule,
+            "lead_table": lead_table(study), "ce_short": ce_table(study, ls[0]),
+            "ce_long": ce_table(study, ls[-1]),
+            "budget_verdicts": _bullets([budget_verdict(study, b) for b in budgets(study)]),
+            "row_verdicts": _bullets([lead_verdict(study, r) for r in CAT_ROWS if r in study["rows"]]),
+            "moon": _bullets(moon)}
+
+
+def answer_file_text(studies: dict, main: str | None) -> str:
+    """The sentence the intro and the README include (``book/_generated/scale_answer.md``)."""
+    if main not in studies:
+        return NO_STUDY + "\n"
+    where = "on a CPU" if main == "cpu" else "on a GPU"
+    return f"Over budgets ({where}, chapter 11): {answer(studies[main])}\n"
+
+
+def _bullets(lines) -> str:
+    return "\n".join(f"- {line}" for line in lines) or "- none"

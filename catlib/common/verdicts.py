@@ -135,3 +135,15 @@ def prose_problems(text: str, labels, bold: bool = False) -> list[str]:
     problems += [f"a bold run of {len(r.split())} words: {r!r}" for r in runs
                  if len(r.split()) > MAX_BOLD_WORDS]
     return problems
+
+
+def short_lead(mean_diff, first: str, second: str) -> str:
+    """A clause short enough for a bold paste: who leads at every length and by how much,
+    from the mean difference per length ``mean_diff`` = CE(second) − CE(first) (> 0:
+    ``first`` is lower); "the lead changes sides between lengths" where they disagree."""
+    mean_diff = np.asarray(mean_diff, dtype=float)
+    if (mean_diff > 0).all():
+        return f"{first} leads at every length, by {_range(mean_diff)} nats"
+    if (mean_diff < 0).all():
+        return f"{second} leads at every length, by {_range(-mean_diff)} nats"
+    return "the lead changes sides between lengths"
