@@ -216,3 +216,16 @@ def test_findings_are_stated_not_asserted(path):
             elif isinstance(node, ast.Attribute) and node.attr.startswith("assert_"):
                 found.append(node.attr)
     assert not found, f"{path.name} asserts {found}: state the finding in glued words instead"
+
+
+RESULTS = [p for p in NOTEBOOKS if "05" <= p.stem[:2] <= "11"]
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
+def test_results_chapters_answer_first(path):
+    """A results chapter states its question and its (generated) answer within its first
+    150 words, before the method."""
+    words = source(cells(path)[0]).split()[:150]
+    head = " ".join(words)
+    assert "question" in head.lower() or "?" in head, f"{path.name}: no question in its first 150 words"
+    assert "answer" in head.lower(), f"{path.name}: no answer in its first 150 words"
