@@ -59,12 +59,12 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"one of {list(_profiles.PROFILES)} (default: cpu)")
     parser.add_argument("--device", default="auto", help=f"one of {list(DEVICES)} (default: auto)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
-                        help="training runs at once on a CPU, each on one thread (default: "
-                             "$CATLIB_JOBS or the number of CPU cores); the numbers do not "
-                             "depend on it")
+                        help="training runs at once, each on one thread (default: "
+                             "$CATLIB_JOBS, else the CPU cores, or on a GPU as many as its "
+                             "memory and the CPUs allow); the numbers do not depend on it")
     parser.add_argument("--devices", default=None, metavar="LIST",
                         help="GPUs to spread the independent runs over, e.g. cuda:0,cuda:1 "
-                             "(with --device cuda; one process per GPU)")
+                             "(with --device cuda; --jobs runs on each, default one)")
     parser.add_argument("--only", action="append", metavar="NAME",
                         help="run only this notebook (repeatable); the others keep their last execution")
     parser.add_argument("--no-build", action="store_true", help="execute only, do not build")
