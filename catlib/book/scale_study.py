@@ -196,20 +196,16 @@ def lead_verdict(study: dict, row: str) -> str:
     return f"Against the best baseline, {_the(row)}: {'; '.join(pieces)}."
 
 
-def lead_table(study: dict, rows=CAT_ROWS) -> str:
+def lead_table(study: dict, length: str, rows=CAT_ROWS) -> str:
     """Markdown: each CAT row's lead over the best baseline (mean over seeds, nats; > 0:
-    the CAT is lower) per budget, at the shortest and the longest length."""
-    ls = lengths(study)
-    cols = [(b, L) for L in (ls[0], ls[-1]) for b in budgets(study)]
-    head = "| row | " + " | ".join(f"{b}× at {L}" for b, L in cols) + " |"
-    rule = "|---|" + "---:|" * len(cols)
-    lines = [head, rule]
+    the CAT is lower) per budget at ``length``."""
+    bs = budgets(study)
+    lines = ["| row | " + " | ".join(f"{b}×" for b in bs) + " |", "|---|" + "---:|" * len(bs)]
     for r in rows:
-        if r not in study["rows"]:
-            continue
-        lead = {L: leads(study, r, L) for L in (ls[0], ls[-1])}
-        lines.append(f"| {name(r)} | " + " | ".join(
-            f"{lead[L][b]:+.3f}" if b in lead[L] else "–" for b, L in cols) + " |")
+        if r in study["rows"]:
+            lead = leads(study, r, length)
+            lines.append(f"| {name(r)} | " + " | ".join(
+                f"{lead[b]:+.3f}" if b in lead else "–" for b in bs) + " |")
     return "\n".join(lines)
 
 
@@ -301,7 +297,7 @@ def chapter_texts(studies: dict, main: str | None) -> dict[str, str]:
     """Chapter 11's generated Markdown, by glue key, from the study of device ``main``
     (``studies``: :func:`load_studies`): the answer, where it was read from and what it
     lacks, the schedule check, the tables, the verdicts and the moonshot."""
-    keys = ("where", "schedule", "lead_table", "ce_short", "ce_long", "budget_verdicts",
+    keys = ("where", "schedule", "lead_short", "lead_long", "ce_short", "ce_long", "budget_verdicts",
             "row_verdicts", "moon")
     study = studies.get(main)
     if study is None:
@@ -328,7 +324,8 @@ def chapter_texts(studies: dict, main: str | None) -> dict[str, str]:
                         + (f" (untested at {', '.join(f'{b}×' for b in m['untested'])}: a seed "
                            f"or a baseline missing)" if m["untested"] else ""))
     return {"answer": answer(study), "where": where.strip(), "schedule": schedule,
-            "lead_table": lead_table(study), "ce_short": ce_table(study, ls[0]),
+            "lead_short": lead_table(study, ls[0]), "lead_long": lead_table(study, ls[-1]),
+            "ce_short": ce_table(study, ls[0]),
             "ce_long": ce_table(study, ls[-1]),
             "budget_verdicts": _bullets([budget_verdict(study, b) for b in budgets(study)]),
             "row_verdicts": _bullets([lead_verdict(study, r) for r in CAT_ROWS if r in study["rows"]]),
