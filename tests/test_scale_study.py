@@ -67,6 +67,8 @@ def test_the_verdicts_read_like_sentences():
     for text in texts:
         assert not prose_problems(text, labels), text
     assert "crossing near 1.4×" in ss.lead_verdict(CROSSING, KERPLE)
+    # the abstract includes the answer: at most 180 words with its 105 of fixed text
+    assert len(ss.answer_file_text({"cpu": CROSSING}, "cpu").split()) <= 75
     assert ss.budget_verdict(CROSSING, 4).startswith("At 4×, the KERPLE-prior CAT is lowest")
 
 

@@ -280,12 +280,24 @@ def _unit_flops(study: dict) -> float:
 
 
 def answer(study: dict) -> str:
-    """The chapter's answer in two or three sentences: the lowest row at the smallest and the
-    largest budget, and the KERPLE-prior CAT's lead over the best baseline across them."""
-    bs = budgets(study)
-    out = [budget_verdict(study, bs[0]), budget_verdict(study, bs[-1])]
-    if KERPLE in study["rows"]:
-        out.append(lead_verdict(study, KERPLE))
+    """The chapter's answer in two sentences: the lowest row at the largest budget, and
+    the KERPLE-prior CAT's lead over the best baseline from the smallest budget to the
+    largest, at the shortest and the longest length, with the crossings."""
+    bs, ls = budgets(study), lengths(study)
+    out = [budget_verdict(study, bs[-1])]
+    spans, crosses = [], []
+    for L in (ls[0], ls[-1]):
+        lead = leads(study, KERPLE, L)
+        if lead:
+            first, last = min(lead), max(lead)
+            spans.append(f"from {lead[first]:+.3f} at {first}× to {lead[last]:+.3f} at {last}× "
+                         f"at {L} characters")
+            cross = crossing(study, KERPLE, L)
+            crosses.append(f"{cross:.1f}×" if cross else None)
+    if spans:
+        where = [c for c in crosses if c]
+        out.append(f"The KERPLE-prior CAT's lead over the best baseline goes {' and '.join(spans)}"
+                   + (f" (crossing near {' and '.join(where)})." if where else "."))
     return " ".join(out)
 
 
