@@ -296,7 +296,11 @@ def answer(study: dict) -> str:
             crosses.append(f"{cross:.1f}×" if cross else None)
     if spans:
         where = [c for c in crosses if c]
-        out.append(f"The KERPLE-prior CAT's lead over the best baseline goes {' and '.join(spans)}"
+        measured = [name(r) for r in BASELINE_ROWS if r in study["rows"]]
+        best = ("the best baseline" if len(measured) == len(BASELINE_ROWS) else
+                f"the {' and the '.join(measured)} (the only baseline{'s' if len(measured) > 1 else ''} "
+                f"finished)")
+        out.append(f"The KERPLE-prior CAT's lead over {best} goes {' and '.join(spans)}"
                    + (f" (crossing near {' and '.join(where)})." if where else "."))
     return " ".join(out)
 
