@@ -225,3 +225,12 @@ def test_half_kept_reads_every_seed():
             16: np.array([[0.6, 0, 0]] * 3)}
     assert kept[8][:, 0].mean() >= 0.5 and not cu.half_kept(kept)
     assert cu.half_kept({8: kept[16], 16: kept[16]}) and not cu.half_kept({32: kept[16]})
+
+
+def test_kept_range_is_short_and_says_nothing_to_keep():
+    from catlib.book.context_use import kept_range
+    from catlib.common.verdicts import MAX_BOLD_WORDS
+    text = kept_range({8: [0.57, 0.58, 0.51], 16: [0.44, 0.44, 0.37]}, {8: 1000, 16: 2000})
+    assert text == "51–58% at 1000 (8×) and 37–44% at 2000 (16×)"
+    assert len(text.split()) <= MAX_BOLD_WORDS
+    assert kept_range({8: [float("nan")]}, {8: 1000}) == "nothing to keep at 1000 (8×)"
