@@ -7,6 +7,16 @@
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
 #   export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 CATLIB_DATA=$PWD/tiny.txt CATLIB_COMMIT=<sha> &&
 #   python3 -m benchmarks.gpu_check --device cuda --out $OUT --budget 480 2>&1 | tee $OUT/console.log
+#
+# The scale study (chapter 11) on the same machine, same set-up (no notebook stack needed):
+#
+#   python3 -m catlib.book.scale --device cuda --out $OUT 2>&1 | tee $OUT/scale.log
+#
+# Measured on one H200: about 330 training steps per second in all, whatever the number of
+# runs at once (7 or 15), so its plan (368k steps) takes about 19 minutes: run it in two
+# commands on a machine kept warm (the runs resume; the first with `--budgets 1 2 4 8 16
+# --seeds 0`), or write the finished runs of a cut one with
+# `python3 -m benchmarks.scale_partial cuda $OUT/scale_cuda.json`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
