@@ -8,7 +8,8 @@ The house, each layer importing only those above it in this list (tests/test_lay
 - ``measure/``     what a trained model does: CE per length and position, copying, refinement, cost;
 - ``training/``    the training loop, the optimiser, distributed training;
 - ``runs/``        run directories: train, resume, evaluate, store;
-- ``experiment/``  the book's grid of rows, its config, the pool that trains it, its artefacts;
+- ``experiment/``  the book's rows, its grid and config, the pool that trains it, compute and
+                   frontiers, the scale study, its artefacts;
 - ``audit/``       the published prototype's defects, measured;
 - ``cli/``         ``python -m catlib``: train, eval, audit, sample;
 - ``book/``        the book: profiles, the papermill runner, the pages' helpers and tables.
