@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.verdicts import MAX_SENTENCE_WORDS  # noqa: F401 (the limit its sentences keep)
+from ..common.formatting import md_table
 from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, EULER, EULER_DEEP, KERPLE,
                                 KERPLE_ODE, ROPE, SCALE_ROWS)
 
@@ -173,6 +173,17 @@ def budget_verdict(study: dict, budget: int) -> str:
     return f"At {budget}×, the lowest row differs by length: {'; '.join(parts)}."
 
 
+def lead_span(study: dict, row: str, length: str) -> tuple | None:
+    """``row``'s lead over the best baseline at ``length`` at its smallest and its largest
+    budget measured, and where it changes sign: ``(first budget, lead, last budget, lead,
+    crossing or None)``; None where no budget was measured beside a baseline."""
+    lead = leads(study, row, length)
+    if not lead:
+        return None
+    first, last = min(lead), max(lead)
+    return first, lead[first], last, lead[last], crossing(study, row, length)
+
+
 def lead_verdict(study: dict, row: str) -> str:
     """One sentence on ``row`` against the best baseline over the budgets: where it leads
     or trails, by how much, whether the gap grows, and the crossing (shortest length and
@@ -180,17 +191,15 @@ def lead_verdict(study: dict, row: str) -> str:
     ls = lengths(study)
     pieces = []
     for L in (ls[0], ls[-1]):
-        lead = leads(study, row, L)
-        if not lead:
+        span = lead_span(study, row, L)
+        if span is None:
             continue
-        bs = sorted(lead)
-        first, last = lead[bs[0]], lead[bs[-1]]
+        b0, first, b1, last, cross = span
         word = "grows" if abs(last) > abs(first) and np.sign(last) == np.sign(first) else (
             "shrinks" if np.sign(last) == np.sign(first) else "changes sign")
-        cross = crossing(study, row, L)
         where = f", crossing near {cross:.1f}×" if cross else ""
-        pieces.append(f"at {L} characters its lead goes from {first:+.3f} at {bs[0]}× to "
-                      f"{last:+.3f} at {bs[-1]}× ({word}{where})")
+        pieces.append(f"at {L} characters its lead goes from {first:+.3f} at {b0}× to "
+                      f"{last:+.3f} at {b1}× ({word}{where})")
     if not pieces:
         return f"The {name(row)} has no budget measured beside a baseline."
     return f"Against the best baseline, {_the(row)}: {'; '.join(pieces)}."
@@ -200,28 +209,27 @@ def lead_table(study: dict, length: str, rows=CAT_ROWS) -> str:
     """Markdown: each CAT row's lead over the best baseline (mean over seeds, nats; > 0:
     the CAT is lower) per budget at ``length``."""
     bs = budgets(study)
-    lines = ["| row | " + " | ".join(f"{b}×" for b in bs) + " |", "|---|" + "---:|" * len(bs)]
+    cells = []
     for r in rows:
         if r in study["rows"]:
             lead = leads(study, r, length)
-            lines.append(f"| {name(r)} | " + " | ".join(
-                f"{lead[b]:+.3f}" if b in lead else "–" for b in bs) + " |")
-    return "\n".join(lines)
+            cells.append([name(r), *[f"{lead[b]:+.3f}" if b in lead else "–" for b in bs]])
+    return md_table(["row", *[f"{b}×" for b in bs]], cells, "l" + "r" * len(bs))
 
 
 def ce_table(study: dict, length: str) -> str:
     """Markdown: mean CE (± standard deviation over seeds, where several) per row and
-    budget at ``length``; the seeds in each cell where fewer than the plan's."""
+    budget at ``length``."""
     bs = budgets(study)
-    lines = ["| row | " + " | ".join(f"{b}×" for b in bs) + " |", "|---|" + "---:|" * len(bs)]
+    cells = []
     for r in study["rows"]:
-        cells = []
+        row = [name(r)]
         for b in bs:
             v = list(per_seed(study, r, b, length).values())
-            cells.append("–" if not v else f"{np.mean(v):.3f}" + (
+            row.append("–" if not v else f"{np.mean(v):.3f}" + (
                 f" ± {np.std(v, ddof=1):.3f}" if len(v) > 1 else ""))
-        lines.append(f"| {name(r)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        cells.append(row)
+    return md_table(["row", *[f"{b}×" for b in bs]], cells, "l" + "r" * len(bs))
 
 
 def missing(study: dict) -> str:
@@ -287,12 +295,10 @@ def answer(study: dict) -> str:
     out = [budget_verdict(study, bs[-1])]
     spans, crosses = [], []
     for L in (ls[0], ls[-1]):
-        lead = leads(study, KERPLE, L)
-        if lead:
-            first, last = min(lead), max(lead)
-            spans.append(f"from {lead[first]:+.3f} at {first}× to {lead[last]:+.3f} at {last}× "
-                         f"at {L} characters")
-            cross = crossing(study, KERPLE, L)
+        span = lead_span(study, KERPLE, L)
+        if span is not None:
+            b0, first, b1, last, cross = span
+            spans.append(f"from {first:+.3f} at {b0}× to {last:+.3f} at {b1}× at {L} characters")
             crosses.append(f"{cross:.1f}×" if cross else None)
     if spans:
         where = [c for c in crosses if c]

@@ -35,7 +35,7 @@ from ..nn.config import CATConfig
 from ..runs import train_run
 from ..training.loop import TrainConfig
 from .compute import expected_step_flops, matched_budget
-from .grid import _train_job
+from .grid import _train_job, window_cap
 from .ladder import ladder_ce, step_train_flops
 from .pool import run_jobs, worker_devices
 from .rows import MATCHED, ROWS, Row, row_configs
@@ -119,29 +119,36 @@ def nearest_blocks(model, key: str, per_step: float, batch: int, seq: int):
 
 def scoring(experiment) -> tuple[list, list]:
     """The lengths of every point and the windows each is scored on: the experiment's
-    ``eval_windows`` at the shorter lengths, ``curve_windows`` at the longest."""
+    ``eval_windows`` at the shorter lengths, ``curve_windows`` at the longest
+    (:func:`~catlib.experiment.grid.window_cap`)."""
     ev = experiment.evaluation
     longest = max(ev.lengths)
-    return list(ev.lengths), [(ev.curve_windows or ev.eval_windows) if L == longest
-                              else ev.eval_windows for L in ev.lengths]
+    return list(ev.lengths), [window_cap(L, longest, ev.eval_windows, ev.curve_windows)
+                              for L in ev.lengths]
+
+
+def _job_spec(model, train, root, experiment, ladder_steps, model_key: str) -> dict:
+    """The pool's job for one run (:func:`catlib.experiment.grid._train_job`): trained,
+    scored at its training length, and its weights after each of ``ladder_steps`` scored
+    at the study's lengths."""
+    lengths, caps = scoring(experiment)
+    return dict(model=model.to_dict(), train=train.to_dict(), root=str(root), lengths=[train.seq],
+                eval_windows=experiment.evaluation.eval_windows, curve_length=None,
+                curve_windows=None, dropout_on=[], copy=None,
+                ladder=dict(steps=sorted(ladder_steps), lengths=lengths, caps=caps, model=model_key))
 
 
 def job_specs(experiment, plan: dict, root, rows=None) -> tuple[dict, dict, dict]:
     """The pool's jobs (:func:`catlib.experiment.pool.run_jobs`): ``(specs, owners,
     steps)``, one spec per row and seed, scoring its every budget's weights
     (``ladder``); ``steps[label, seed]``: ``{budget: steps}``."""
-    lengths, caps = scoring(experiment)
     specs, owners, steps = {}, {}, {}
     for label in rows or SCALE_ROWS:
         for seed, budgets in seed_budgets(plan).items():
             model, tc, steps[label, seed] = scale_configs(label, experiment, seed, budgets)
             key = (label, seed)
-            specs[key] = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root),
-                              lengths=[tc.seq], eval_windows=experiment.evaluation.eval_windows,
-                              curve_length=None, curve_windows=None, dropout_on=[], copy=None,
-                              ladder=dict(steps=sorted(steps[label, seed].values()),
-                                          lengths=lengths, caps=caps,
-                                          model=SCALE_ROWS[label].model))
+            specs[key] = _job_spec(model, tc, root, experiment, steps[key].values(),
+                                   SCALE_ROWS[label].model)
             owners[key] = [key]
     return specs, owners, steps
 
@@ -176,15 +183,12 @@ def scale_table(runs: dict, steps: dict, plan: dict, corpus, lengths, caps, devi
 
 
 def schedule_check(experiment, root, runs: dict, steps: dict, corpus, lengths, caps,
-                   device, jobs=None, echo=print) -> dict:
+                   device, echo=print) -> dict:
     """The KERPLE-prior CAT's 1x point two ways, first seed: the long run's checkpoint (its
     penalty weight on the long schedule) and a run of exactly the 1x steps (chapter 10's
     run). ``{"checkpoint": {L: ce}, "own_run": {L: ce}}``."""
     model, tc, _ = scale_configs(KERPLE, experiment, 0, [1])
-    spec = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root), lengths=[tc.seq],
-                eval_windows=experiment.evaluation.eval_windows, curve_length=None,
-                curve_windows=None, dropout_on=[], copy=None,
-                ladder=dict(steps=[tc.train_steps], lengths=lengths, caps=caps, model="cat"))
+    spec = _job_spec(model, tc, root, experiment, [tc.train_steps], "cat")
     run_jobs({"check": spec}, {"check": [(f"{KERPLE}, 1x run", 0)]}, _train_job,
              worker_devices(device, 1), echo, 0)
     own = open_runs({"check": spec}, experiment, device)["check"]
@@ -210,6 +214,6 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
            "rows": scale_table(runs, steps, plan, corpus, lengths, caps, device)}
     if check_schedule and KERPLE in out["rows"]:
         out["schedule_check"] = schedule_check(experiment, root, runs, steps, corpus, lengths,
-                                               caps, device, jobs, echo)
+                                               caps, device, echo)
     out["wall_seconds"] = time.perf_counter() - start
     return out
