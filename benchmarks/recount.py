@@ -56,14 +56,10 @@ def main() -> None:
     steps, flops = {}, {}
     for label in (ex.AS_STEPS, ex.AS_LAYERS, ex.MATCHED, "ALiBi baseline"):
         m, t = ex.row_configs(ex.ROWS[label], e, 0)
-        new = compute.step_flops(m, ex.ROWS[label].model, t.batch, t.seq)[0]
-        with torch.random.fork_rng(devices=[]), _old_rule() as counter:
-            torch.manual_seed(0)
-            net = (compute.CAT if ex.ROWS[label].model == "cat" else compute.Baseline)(m.resolved())
-            x = torch.randint(0, m.vocab_size, (t.batch, t.seq))
-            logits, pen = net(x, penalty=True)
-            torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x.reshape(-1)).add(pen).backward()
-        flops[label] = {"old": int(counter.get_total_flops()), "new": int(new), "blocks": m.blocks}
+        key = ex.ROWS[label].model
+        new = compute.step_flops(m, key, t.batch, t.seq)[0]
+        old = compute.count_training_step(m.resolved(), key, t.batch, t.seq, rule=_old_rule)[0]
+        flops[label] = {"old": old, "new": int(new), "blocks": m.blocks}
         steps[label] = {"new": t.train_steps}
     cat = flops[ex.MATCHED]["old"] * e.train.train_steps
     steps[ex.AS_STEPS]["old"] = round(cat / flops["ALiBi baseline"]["old"])

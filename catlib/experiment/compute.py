@@ -60,12 +60,21 @@ def _step_flops(config_json: str, model: str, batch: int, seq: int,
     if model == "cat":
         cfg = dataclasses.replace(cfg, train_solver_steps=None,
                                   solver_steps=solver_steps or cfg.solver_steps)
+    return count_training_step(cfg, model, batch, seq)
+
+
+def count_training_step(cfg: CATConfig, model: str, batch: int, seq: int,
+                        rule=counting) -> tuple[int, int]:
+    """``(flops, nfe)`` of one training step of ``model`` ("cat" or "base") of the resolved
+    ``cfg`` on random ``[batch, seq]`` tokens (seeded), counted by ``rule`` (a context
+    manager yielding a ``FlopCounterMode``; default the module's rule, another one to
+    compare rules: benchmarks/recount.py)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         net = (CAT if model == "cat" else Baseline)(cfg)
         net.train()
         x = torch.randint(0, cfg.vocab_size, (batch, seq))
-        with counting() as counter:
+        with rule() as counter:
             logits, pen = net(x, penalty=True)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x.reshape(-1)) + pen
             loss.backward()
