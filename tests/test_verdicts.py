@@ -91,9 +91,14 @@ def test_the_readme_lead_reads_as_sentences():
     for name, diff in _patterns(len(lengths)).items():
         text = equal_compute_summary("| row | × ALiBi |\n|---|---:|\n| x | 1.00 |",
                                      fr.who_wins(diff, lengths, 0.009, KERPLE, AS_STEPS), False,
-                                     EULER, fr.who_wins(-diff, lengths, 0.009, EULER, AS_STEPS),
+                                     fr.who_wins(-diff, lengths, 0.009, EULER, AS_STEPS),
                                      True, "+0.047")
         assert prose_problems(text, LABELS) == [], name
+        # a bullet's bold lead-in and its sentences together name each row once at most
+        label = re.compile("|".join(re.escape(x) for x in sorted(LABELS, key=len, reverse=True)))
+        for bullet in (line for line in text.splitlines() if line.startswith("- ")):
+            found = label.findall(bullet)
+            assert len(found) == len(set(found)), (name, bullet)
 
 
 def test_the_check_sees_todays_kind_of_verdict():

@@ -44,22 +44,23 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
     return out
 
 
-def equal_compute_summary(matched_table: str, cat_vs_steps: str, cat_wins: bool, designed: str,
+def equal_compute_summary(matched_table: str, cat_vs_steps: str, cat_wins: bool,
                           designed_vs_steps: str, designed_met: bool, designed_min: str) -> str:
     """The README's lead (``book/_generated/equal_compute.md``, written by chapter 10): its
     compute-matched table and verdicts. ``cat_vs_steps`` and ``designed_vs_steps`` are
-    sentences of :func:`catlib.common.verdicts.verdict` (``experiment.frontier.who_wins``);
-    the other verdicts are given as booleans and said here, each row named once a sentence."""
+    sentences of :func:`catlib.common.verdicts.verdict` (``experiment.frontier.who_wins``),
+    which name the rows; the bold lead-ins describe the comparison without a row's label, so
+    that no bullet names a row twice. The other verdicts are given as booleans."""
     first = lambda sentence: sentence[:1].upper() + sentence[1:]          # noqa: E731
     return (f"At equal training compute (chapter 10; each row's training FLOPs relative to "
             f"the ALiBi baseline in the second column):\n\n{matched_table}\n\n"
-            f"- **The KERPLE-prior CAT (RK4 ×1) against ALiBi given its compute as steps.** "
+            f"- **The RK4 ×1 CAT against ALiBi given its compute as steps.** "
             f"{first(cat_vs_steps)} Against the better of the two compute-matched ALiBi "
             f"baselines, the CAT is {'ahead' if cat_wins else 'not ahead'} at every length.\n"
-            f"- **{designed} against ALiBi given the same compute.** {first(designed_vs_steps)} "
-            f"Its target, a lead of at least 0.05 nats over the better compute-matched baseline "
-            f"at every length in every seed, is {'met' if designed_met else 'missed'} (smallest "
-            f"lead {designed_min}).\n")
+            f"- **The one-step Euler CAT against ALiBi given the same compute.** "
+            f"{first(designed_vs_steps)} Its target, a lead of at least 0.05 nats over the "
+            f"better compute-matched baseline at every length in every seed, is "
+            f"{'met' if designed_met else 'missed'} (smallest lead {designed_min}).\n")
 
 
 def _replace_readme_headline(readme: Path, text: str) -> None:
