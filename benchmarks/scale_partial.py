@@ -1,34 +1,84 @@
 """The scale study's finished runs only, as results/scale_<device>.json's rows (a study cut
-short: nothing trains; each row with the seeds whose run finished)."""
+short: nothing trains; each row at each budget with the seeds whose run finished and
+reached that budget), labelled with its provenance (the commit, from
+:func:`catlib.common.provenance.git_state`, the device, versions and code fingerprint)
+as ``python -m catlib.book.scale`` labels a whole study.
+
+    python -m benchmarks.scale_partial cuda results/scale_cuda.json
+"""
+from __future__ import annotations
+
 import json
 import sys
 import time
+from pathlib import Path
 
 from catlib.book.profiles import experiment
+from catlib.common.devices import resolve_device
+from catlib.common.provenance import code_fingerprint, environment
 from catlib.data import load_corpus
 from catlib.experiment import scale
 from catlib.experiment.grid import _train_job
+from catlib.runs import atomic_write_text
+
+PROFILE = "cpu"     # the study's sizes and batches (``python -m catlib.book.scale``'s default)
 
 
-def main(device: str, out: str) -> None:
-    """Write the finished runs of the study on ``device`` (its runs under
-    runs/scale-cpu-<device>) to ``out``."""
-    e, plan = experiment("cpu"), scale.plan_for(device)
-    specs, _, steps = scale.job_specs(e, plan, f"runs/scale-cpu-{device}")
+def reached(finished, steps: dict, plan: dict) -> dict[str, dict[int, tuple]]:
+    """``{row: {budget: seeds}}``: at each budget of ``plan``, the seeds of ``finished``
+    (``(row, seed)`` keys) whose run was trained to it (``steps[row, seed]`` holds the
+    budget). A seed counts only at the budgets it reached: on the CPU's plan seeds 1 and 2
+    stop at 4x, seed 0 goes on to 8x. Budgets no finished seed reached, and rows with no
+    finished run, are left out."""
+    out: dict[str, dict[int, tuple]] = {}
+    for label in scale.SCALE_ROWS:
+        seeds = sorted(s for (lab, s) in finished if lab == label)
+        per_budget = {b: tuple(s for s in seeds if b in steps[label, s]) for b in sorted(plan)}
+        if any(per_budget.values()):
+            out[label] = {b: s for b, s in per_budget.items() if s}
+    return out
+
+
+def partial_study(e, plan: dict, root, device) -> dict:
+    """The artefact of the finished runs under ``root`` of the study of ``e`` and ``plan``
+    (nothing trains): ``{"plan", "rows": scale_table(...) of :func:`reached`'s seeds,
+    "partial": True, "finished_runs": [[row, seed], ...], "runs": how many the plan has}``."""
+    specs, _, steps = scale.job_specs(e, plan, root)
     done = {k: s for k, s in specs.items() if _train_job(dict(s, device=device), stored=True)}
     runs = scale.open_runs(done, e, device)
     corpus, (lengths, caps) = load_corpus(split="90/10"), scale.scoring(e)
     rows = {}
-    for label in scale.SCALE_ROWS:
-        seeds = tuple(s for (lab, s) in done if lab == label)
-        if seeds:
-            sub = {b: seeds for b in plan}
-            rows.update(scale.scale_table({k: r for k, r in runs.items() if k[0] == label}, steps,
-                                          sub, corpus, lengths, caps, device))
-    json.dump({"plan": {str(b): list(s) for b, s in plan.items()}, "rows": rows, "partial": True,
-               "finished_runs": [list(k) for k in done], "date": time.strftime("%Y-%m-%d %H:%M:%S %z")},
-              open(out, "w"), indent=1, sort_keys=True)
-    print(f"{len(done)} of {len(specs)} runs finished:", sorted(done))
+    for label, seeds in reached(done, steps, plan).items():
+        rows.update(scale.scale_table({k: r for k, r in runs.items() if k[0] == label}, steps,
+                                      seeds, corpus, lengths, caps, device))
+    return {"plan": {str(b): list(s) for b, s in sorted(plan.items())}, "rows": rows,
+            "partial": True, "finished_runs": [list(k) for k in done], "runs": len(specs)}
+
+
+def write(study: dict, out, device, written_by: str) -> None:
+    """``study`` with its provenance (as :mod:`catlib.book.scale` writes a whole study's:
+    :func:`~catlib.common.provenance.environment`, whose ``git`` is the commit, the
+    profile, the date, the command, the code fingerprint) written atomically to ``out``:
+    a failed write leaves its previous version intact."""
+    date = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    labelled = {**study, "date": date, "provenance": {
+        **environment(("torch", "numpy"), device), "profile": PROFILE, "date": date,
+        "written_by": written_by, "code": code_fingerprint()}}
+    text = json.dumps(labelled, indent=1, sort_keys=True) + "\n"     # serialised first
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, text)
+
+
+def main(device: str, out: str) -> None:
+    """Write the finished runs of the study on ``device`` (its runs under
+    runs/scale-cpu-<device type>, as ``python -m catlib.book.scale`` trains them) to ``out``."""
+    dev = resolve_device(device)
+    plan = scale.plan_for(dev)
+    study = partial_study(experiment(PROFILE), plan, Path("runs") / f"scale-{PROFILE}-{dev.type}",
+                          str(dev))
+    write(study, out, dev, f"python -m benchmarks.scale_partial {device} {out}")
+    print(f"{len(study['finished_runs'])} of {study['runs']} runs finished:",
+          sorted(map(tuple, study["finished_runs"])))
 
 
 if __name__ == "__main__":     # python -m benchmarks.scale_partial cuda results/scale_cuda.json

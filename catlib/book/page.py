@@ -129,6 +129,16 @@ def smooth(values: Sequence[float], width: int) -> np.ndarray:
     return (csum[idx] - csum[lo]) / (idx - lo)
 
 
+def rebuild_spread(root: Path, profile: str) -> float | None:
+    """What a rebuild on another CPU kernel dispatch moved a row by (nats,
+    ``results/rebuild_spread_<profile>.json``), the noise floor of the book's verdicts
+    (:func:`catlib.common.verdicts.beyond_spread`); None where it was never measured."""
+    import json
+
+    path = Path(root) / "results" / f"rebuild_spread_{profile}.json"
+    return json.loads(path.read_text())["max_abs_diff"] if path.is_file() else None
+
+
 def pm_cells(per_seed, sign: bool = False, digits: int = 3) -> list[str]:
     """The cells of one table row from per-seed values ``[seeds, columns]``: "mean ± std"
     per column, the mean alone when there is one seed."""

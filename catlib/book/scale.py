@@ -10,14 +10,52 @@ import time
 from pathlib import Path
 
 from ..runs import atomic_write_text
-from ..common.devices import resolve_device
+from ..common.devices import DeviceError, resolve_device
 from ..common.provenance import code_fingerprint, environment
 from ..experiment.scale import plan_for, run_study
 from .profiles import experiment as profile_experiment
 
 
+class ScaleArgsError(ValueError):
+    """A bad argument of ``python -m catlib.book.scale``: one line that names the fix."""
+
+
+def check_args(args) -> tuple:
+    """``(device, plan, experiment, output path)`` of the parsed ``args``, every one checked
+    before anything trains or is written; a bad one raises :class:`ScaleArgsError`."""
+    from . import profiles
+
+    if args.profile not in profiles.PROFILES:
+        raise ScaleArgsError(f"--profile {args.profile!r} is not a profile; use one of "
+                             f"{', '.join(profiles.PROFILES)}")
+    if args.budgets is not None and any(b < 1 for b in args.budgets):
+        raise ScaleArgsError(f"--budgets {' '.join(map(str, args.budgets))}: every budget is a "
+                             "multiple of the 1x FLOPs and must be at least 1")
+    if args.seeds is not None and args.budgets is None:
+        raise ScaleArgsError("--seeds applies to the budgets of --budgets; give both "
+                             "(e.g. --budgets 1 2 --seeds 0 1)")
+    if args.seeds is not None and any(s < 0 for s in args.seeds):
+        raise ScaleArgsError(f"--seeds {' '.join(map(str, args.seeds))}: seeds are >= 0")
+    if args.jobs is not None and args.jobs < 1:
+        raise ScaleArgsError(f"--jobs must be >= 1, got {args.jobs}")
+    try:
+        device = resolve_device(args.device)
+    except DeviceError as e:
+        raise ScaleArgsError(str(e)) from None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ScaleArgsError(f"--out {out} is a file; give the folder that is to hold "
+                             "scale_<device>.json")
+    plan = ({b: tuple(sorted(set(args.seeds or (0, 1, 2)))) for b in sorted(set(args.budgets))}
+            if args.budgets else plan_for(device))
+    kind = device.type
+    name = f"scale_{kind}.json" if args.profile == "cpu" else f"scale_{args.profile}_{kind}.json"
+    return device, plan, profile_experiment(args.profile), out / name
+
+
 def main(argv=None) -> int:
-    """``python -m catlib.book.scale``: train the study and write its artefact."""
+    """``python -m catlib.book.scale``: train the study and write its artefact; 2 (one
+    line, nothing trained or written) on a bad argument."""
 
     p = argparse.ArgumentParser(prog="python -m catlib.book.scale", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
@@ -28,12 +66,12 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", help="with --budgets: the seeds (default 0 1 2)")
     p.add_argument("--jobs", type=int, help="runs trained at once (default: the pool's)")
     args = p.parse_args(argv)
-    device = resolve_device(args.device)
-    plan = ({b: tuple(args.seeds or (0, 1, 2)) for b in args.budgets} if args.budgets
-            else plan_for(device))
-    experiment = profile_experiment(args.profile)
-    kind = device.type
-    root = Path(args.root) / f"scale-{args.profile}-{kind}"
+    try:
+        device, plan, experiment, path = check_args(args)
+    except ScaleArgsError as e:
+        print(f"[scale] error: {e}", file=sys.stderr)
+        return 2
+    root = Path(args.root) / f"scale-{args.profile}-{device.type}"
     print(f"scale study: profile {args.profile}, device {device}, budgets "
           f"{', '.join(f'{b}x (seeds {list(s)})' for b, s in sorted(plan.items()))}; runs in {root}",
           flush=True)
@@ -43,11 +81,9 @@ def main(argv=None) -> int:
                            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
                            "written_by": "python -m catlib.book.scale " + " ".join(argv or sys.argv[1:]),
                            "code": code_fingerprint()}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"scale_{kind}.json" if args.profile == "cpu" else f"scale_{args.profile}_{kind}.json"
-    atomic_write_text(out / name, json.dumps(table, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {out / name} in {table['wall_seconds'] / 60:.1f} min", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {path} in {table['wall_seconds'] / 60:.1f} min", flush=True)
     return 0
 
 

@@ -19,13 +19,17 @@ from pathlib import Path
 import numpy as np
 
 from ..common.formatting import md_table
+from ..common.verdicts import beyond_spread, judged, listed, nats_range, subject
 from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, EULER, EULER_DEEP, KERPLE,
                                 KERPLE_ODE, ROPE, SCALE_ROWS)
 
-DEVICES = ("cpu", "cuda")
+# The devices a study artefact can come from (``results/scale_<device>.json``), the CPU first.
+STUDY_DEVICES = ("cpu", "cuda")
 # The moonshot: a row with the CAT's kernel ahead of the best baseline by this much (nats)
 # at every length, in every seed, at every budget measured.
 MOON_LEAD = 0.05
+# The figure leaves a row above its axis where it lies this far (nats) above the median row.
+OFF_SCALE = 0.5
 CAT_ROWS = tuple(label for label in SCALE_ROWS if label not in BASELINE_ROWS)
 # The rows as the chapter's sentences, tables and figure name them (short enough to read;
 # the chapter says what each is).
@@ -41,7 +45,7 @@ def name(row: str) -> str:
 def load_studies(root) -> dict[str, dict]:
     """``{device: artefact}`` for each ``results/scale_<device>.json`` present, CPU first."""
     out = {}
-    for device in DEVICES:
+    for device in STUDY_DEVICES:
         path = Path(root) / "results" / f"scale_{device}.json"
         if path.is_file():
             out[device] = json.loads(path.read_text())
@@ -76,145 +80,221 @@ def mean_ce(study: dict, row: str, budget: int, length: str) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def best_baseline(study: dict, budget: int, length: str) -> tuple[str | None, float | None]:
-    """The baseline row lowest (mean over its seeds) at ``budget`` and ``length``."""
-    found = [(mean_ce(study, r, budget, length), r) for r in BASELINE_ROWS]
-    found = [(ce, r) for ce, r in found if ce is not None]
-    if not found:
-        return None, None
-    ce, row = min(found)
-    return row, ce
+def common_seeds(study: dict, budget: int, rows) -> list[int]:
+    """The seeds every row of ``rows`` was measured on at ``budget``, smallest first; none
+    where one of them has no point there. Every mean, verdict and crossing of the chapter
+    is taken over such a common set, so that no row's mean holds a seed another lacks."""
+    first = lengths(study)[0]
+    sets = [set(per_seed(study, r, budget, first)) for r in rows]
+    return sorted(set.intersection(*sets)) if sets and all(sets) else []
+
+
+def compared_seeds(study: dict, row: str, budget: int) -> list[int]:
+    """The seeds at ``budget`` shared by ``row`` and *every* baseline row: a "who leads"
+    verdict reads a budget only where no baseline is missing (else "the best baseline"
+    would be the best of the baselines that happen to be there)."""
+    return common_seeds(study, budget, (row, *BASELINE_ROWS))
+
+
+def ce_matrix(study: dict, row: str, budget: int, seeds) -> np.ndarray:
+    """CE of ``row`` at ``budget``, ``[seeds, lengths]`` (the seeds in the order given)."""
+    return np.array([[per_seed(study, row, budget, L)[s] for L in lengths(study)] for s in seeds])
+
+
+def lead_at(study: dict, row: str, budget: int, seeds=None) -> dict | None:
+    """``row`` against the best baseline at ``budget`` on ``seeds`` (default: its compared
+    seeds): ``{"seeds", "best": [baseline per length], "diff": [seeds, lengths]}``, where
+    ``best`` is the baseline row with the lowest mean CE over those seeds at each length
+    and ``diff`` = CE(best) − CE(row) per seed (> 0: ``row`` leads). None where a baseline
+    row or a seed is missing."""
+    seeds = compared_seeds(study, row, budget) if seeds is None else list(seeds)
+    if not seeds or not set(seeds) <= set(compared_seeds(study, row, budget)):
+        return None
+    base = {r: ce_matrix(study, r, budget, seeds) for r in BASELINE_ROWS}
+    best = [min(BASELINE_ROWS, key=lambda r: base[r][:, i].mean()) for i in range(len(lengths(study)))]
+    diff = np.stack([base[b][:, i] for i, b in enumerate(best)], 1) - ce_matrix(study, row, budget, seeds)
+    return {"seeds": seeds, "best": best, "diff": diff}
+
+
+def lead_path(study: dict, row: str) -> tuple[list[int], list[int]]:
+    """``(seeds, budgets)``: the seeds ``row`` and every baseline share at the smallest
+    budget, and the budgets where all of them were measured on those seeds: the path along
+    which ``row``'s lead is followed and its crossing sought. A budget trained on fewer
+    seeds (the CPU's 8×, seed 0 only) is left off the path and said apart."""
+    bs = budgets(study)
+    seeds = compared_seeds(study, row, bs[0]) if bs else []
+    on = [b for b in bs if seeds and set(seeds) <= set(compared_seeds(study, row, b))]
+    return seeds, on
 
 
 def leads(study: dict, row: str, length: str) -> dict[int, float]:
-    """``{budget: best baseline's mean CE − row's mean CE}`` (> 0: ``row`` leads), where both
-    were measured."""
-    out = {}
-    for b in budgets(study):
-        _, base = best_baseline(study, b, length)
-        own = mean_ce(study, row, b, length)
-        if base is not None and own is not None:
-            out[b] = base - own
-    return out
+    """``{budget: mean lead over the best baseline}`` at ``length`` along :func:`lead_path`
+    (> 0: ``row`` leads)."""
+    seeds, on = lead_path(study, row)
+    i = lengths(study).index(length)
+    return {b: float(lead_at(study, row, b, seeds)["diff"][:, i].mean()) for b in on}
+
+
+def crossing(study: dict, row: str, length: str, rebuild: float | None = None) -> dict | None:
+    """Where ``row``'s lead over the best baseline changes sign along :func:`lead_path`:
+    ``{"at": budget, "seeds": [budget or None per seed]}``, interpolated linearly in log
+    training FLOPs (the budgets are FLOPs multiples) between the two budgets around the
+    first sign change of the mean lead, counted only where the lead on both sides is
+    beyond the spread (:func:`~catlib.common.verdicts.beyond_spread`); per seed, its own
+    lead against the same baselines. None where there is no such change."""
+    seeds, on = lead_path(study, row)
+    i = lengths(study).index(length)
+    diffs = {b: lead_at(study, row, b, seeds)["diff"][:, i] for b in on}
+    real = {b: bool(beyond_spread(d[:, None], rebuild)[0]) for b, d in diffs.items()}
+    for lo, hi in zip(on, on[1:]):
+        a, b = diffs[lo].mean(), diffs[hi].mean()
+        if a * b < 0 and real[lo] and real[hi]:
+            return {"at": _sign_change(lo, hi, a, b),
+                    "seeds": [_first_change(on, [diffs[x][k] for x in on]) for k in range(len(seeds))]}
+    return None
+
+
+def _sign_change(lo: int, hi: int, a: float, b: float) -> float:
+    """The budget between ``lo`` and ``hi`` where a lead going from ``a`` to ``b`` is 0,
+    linear in log budget."""
+    return float(np.exp(np.log(lo) + (np.log(hi) - np.log(lo)) * a / (a - b)))
+
+
+def _first_change(bs, values) -> float | None:
+    for (lo, a), (hi, b) in zip(zip(bs, values), zip(bs[1:], values[1:])):
+        if a * b < 0:
+            return _sign_change(lo, hi, a, b)
+    return None
 
 
 def seed_leads(study: dict, row: str, budget: int, length: str) -> list[float]:
-    """Per seed both measured: the lowest baseline of that seed minus ``row``'s CE."""
+    """Per compared seed (:func:`compared_seeds`): the lowest baseline of that seed minus
+    ``row``'s CE (the moonshot's reading, stricter than the mean's best baseline)."""
     own = per_seed(study, row, budget, length)
-    out = []
-    for seed, ce in own.items():
-        base = [per_seed(study, r, budget, length).get(seed) for r in BASELINE_ROWS]
-        base = [v for v in base if v is not None]
-        if base:
-            out.append(min(base) - ce)
-    return out
-
-
-def crossing(study: dict, row: str, length: str) -> float | None:
-    """The budget where ``row``'s lead over the best baseline changes sign, interpolated
-    linearly in log training FLOPs (the budgets are FLOPs multiples) between the two
-    budgets around its first sign change; None where it keeps one sign."""
-    lead = leads(study, row, length)
-    bs = sorted(lead)
-    for lo, hi in zip(bs, bs[1:]):
-        a, b = lead[lo], lead[hi]
-        if a == 0:
-            return float(lo)
-        if a * b < 0:
-            x = np.log(lo) + (np.log(hi) - np.log(lo)) * a / (a - b)
-            return float(np.exp(x))
-    return None
+    return [min(per_seed(study, r, budget, length)[s] for r in BASELINE_ROWS) - own[s]
+            for s in compared_seeds(study, row, budget)]
 
 
 def moonshot(study: dict, row: str) -> dict:
     """Whether ``row`` leads the best baseline by :data:`MOON_LEAD` at every length, in every
     seed, at every budget of the study: ``{"met": bool, "smallest": lead or None,
-    "untested": [budgets where a seed or a baseline is missing]}``. An untested budget is
-    not met."""
+    "untested": [budgets where a seed of the plan is missing from the row or from any
+    baseline]}``. An untested budget is not met."""
     smallest, untested = None, []
     plan = {int(b): set(s) for b, s in study["plan"].items()}
     for b in budgets(study):
-        got = [seed_leads(study, row, b, L) for L in lengths(study)]
-        seeds = set(per_seed(study, row, b, lengths(study)[0]))
-        if not all(got) or seeds != plan[b] or any(len(g) != len(plan[b]) for g in got):
+        if set(compared_seeds(study, row, b)) != plan[b]:
             untested.append(b)
             continue
-        low = min(min(g) for g in got)
+        low = min(min(seed_leads(study, row, b, L)) for L in lengths(study))
         smallest = low if smallest is None else min(smallest, low)
     met = not untested and smallest is not None and smallest >= MOON_LEAD
     return {"met": met, "smallest": smallest, "untested": untested}
 
 
-def _the(label: str) -> str:
-    return f"the {name(label)}"
+def seeds_text(seeds) -> str:
+    """"3 seeds", or "seed 0 only"."""
+    return f"{len(seeds)} seeds" if len(seeds) > 1 else f"seed {seeds[0]} only"
 
 
-def _range(values) -> str:
-    lo, hi = min(values), max(values)
-    return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}"
-
-
-def budget_verdict(study: dict, budget: int) -> str:
-    """One sentence on ``budget``: which row is lowest at each length (all rows, equal
-    compute), and by how much it leads the next row."""
-    ls = lengths(study)
+def budget_verdict(study: dict, budget: int, rebuild: float | None = None) -> str:
+    """One sentence on ``budget``: which row is lowest at each length (every row, equal
+    compute, the seeds all rows share there), by how much it is below the next row, and
+    whether that margin is more than the spread (:func:`~catlib.common.verdicts.judged`)."""
+    ls, rows = lengths(study), list(study["rows"])
+    seeds = common_seeds(study, budget, rows)
+    if not seeds:
+        return f"At {budget}×, no seed was measured on every row."
+    ce = {r: ce_matrix(study, r, budget, seeds) for r in rows}
     firsts, margins = [], []
-    for L in ls:
-        ranked = sorted((ce, r) for r in study["rows"]
-                        if (ce := mean_ce(study, r, budget, L)) is not None)
-        firsts.append(ranked[0][1])
-        margins.append(ranked[1][0] - ranked[0][0] if len(ranked) > 1 else 0.0)
+    for i in range(len(ls)):
+        ranked = sorted(rows, key=lambda r: ce[r][:, i].mean())
+        firsts.append(ranked[0])
+        second = ranked[1] if len(ranked) > 1 else ranked[0]
+        margins.append(ce[second][:, i] - ce[ranked[0]][:, i])
+    margins = np.stack(margins, 1)
+    noise = judged(beyond_spread(margins, rebuild), ls, len(seeds), rebuild)
+    head = f"At {budget}× ({seeds_text(seeds)}), "
     if len(set(firsts)) == 1:
-        where = "every length"
-        return (f"At {budget}×, {_the(firsts[0])} is lowest at {where}, "
-                f"{_range(margins)} nats below the next row.")
-    parts = [f"{_the(r)} at {', '.join(L for L, f in zip(ls, firsts) if f == r)}"
+        return (f"{head}{subject(name(firsts[0]))} is lowest at every length, "
+                f"{nats_range(margins.mean(0))} nats below the next row, {noise}.")
+    parts = [f"{subject(name(r))} at {listed([L for L, f in zip(ls, firsts) if f == r])}"
              for r in dict.fromkeys(firsts)]
-    return f"At {budget}×, the lowest row differs by length: {'; '.join(parts)}."
+    return (f"{head}the lowest row differs by length: {'; '.join(parts)}; its margin over "
+            f"the next row ({nats_range(margins.mean(0))} nats) is {noise}.")
 
 
-def lead_span(study: dict, row: str, length: str) -> tuple | None:
-    """``row``'s lead over the best baseline at ``length`` at its smallest and its largest
-    budget measured, and where it changes sign: ``(first budget, lead, last budget, lead,
-    crossing or None)``; None where no budget was measured beside a baseline."""
-    lead = leads(study, row, length)
-    if not lead:
+def lead_sentence(study: dict, row: str, length: str, rebuild: float | None = None) -> str | None:
+    """``row`` against the best baseline at ``length`` along :func:`lead_path`, in words:
+    whether it leads or trails, the baseline it is compared with (named once per run of
+    budgets), every budget's value (the path need not be monotone), "within the spread"
+    where a value is, and the crossing with its range over seeds; None where no budget was
+    measured beside every baseline."""
+    seeds, on = lead_path(study, row)
+    if not on:
         return None
-    first, last = min(lead), max(lead)
-    return first, lead[first], last, lead[last], crossing(study, row, length)
+    i = lengths(study).index(length)
+    steps = []
+    for b in on:
+        lead = lead_at(study, row, b, seeds)
+        d = lead["diff"][:, i]
+        steps.append(("leads" if d.mean() > 0 else "trails", lead["best"][i], abs(d.mean()), b,
+                      bool(beyond_spread(d[:, None], rebuild)[0])))
+    groups: list[list] = []
+    for step in steps:
+        if groups and groups[-1][0][:2] == step[:2]:
+            groups[-1].append(step)
+        else:
+            groups.append([step])
+    said, before = [], (None, None)
+    for group in groups:
+        verb, base = group[0][:2]
+        values = listed([f"{v:.3f} at {b}×" + ("" if real else " (within the spread)")
+                         for _, _, v, b, real in group])
+        whom = "it" if base == before[1] else subject(name(base))   # each row named once
+        said.append(f"{verb + ' ' if verb != before[0] else ''}{whom} by {values}")
+        before = (verb, base)
+    cross = crossing(study, row, length, rebuild)
+    where = ""
+    if cross:
+        per = [c for c in cross["seeds"] if c is not None]
+        where = (f"; it crosses near {cross['at']:.1f}×" + (
+            f" ({len(per)} of {len(seeds)} seeds cross, at {nats_range(per)}×)" if len(seeds) > 1 else ""))
+    return (f"At {length} characters ({seeds_text(seeds)}), {subject(name(row))} "
+            f"{', then '.join(said)}{where}.")
 
 
-def lead_verdict(study: dict, row: str) -> str:
-    """One sentence on ``row`` against the best baseline over the budgets: where it leads
-    or trails, by how much, whether the gap grows, and the crossing (shortest length and
-    longest)."""
+def lead_verdict(study: dict, row: str, rebuild: float | None = None) -> str:
+    """``row`` against the best baseline over the budgets, at the shortest and the longest
+    length (:func:`lead_sentence`), and the budgets left off the path."""
     ls = lengths(study)
-    pieces = []
-    for L in (ls[0], ls[-1]):
-        span = lead_span(study, row, L)
-        if span is None:
-            continue
-        b0, first, b1, last, cross = span
-        word = "grows" if abs(last) > abs(first) and np.sign(last) == np.sign(first) else (
-            "shrinks" if np.sign(last) == np.sign(first) else "changes sign")
-        where = f", crossing near {cross:.1f}×" if cross else ""
-        pieces.append(f"at {L} characters its lead goes from {first:+.3f} at {b0}× to "
-                      f"{last:+.3f} at {b1}× ({word}{where})")
-    if not pieces:
-        return f"The {name(row)} has no budget measured beside a baseline."
-    return f"Against the best baseline, {_the(row)}: {'; '.join(pieces)}."
+    said = [t for L in (ls[0], ls[-1]) if (t := lead_sentence(study, row, L, rebuild))]
+    if not said:
+        return f"The {name(row)} has no budget measured beside every baseline."
+    seeds, on = lead_path(study, row)
+    off = [b for b in budgets(study) if b not in on]
+    if off:
+        said.append(f"Not on this path, for want of seeds: {listed([f'{b}×' for b in off])}.")
+    return " ".join(said)
 
 
 def lead_table(study: dict, length: str, rows=CAT_ROWS) -> str:
-    """Markdown: each CAT row's lead over the best baseline (mean over seeds, nats; > 0:
-    the CAT is lower) per budget at ``length``."""
+    """Markdown: each CAT row's lead over the best baseline (mean over the seeds it shares
+    with every baseline, nats; > 0: the CAT is lower) per budget at ``length``; a budget
+    read on fewer seeds than the smallest budget says so in its column's head."""
     bs = budgets(study)
+    i = lengths(study).index(length)
+    first = common_seeds(study, bs[0], list(study["rows"]))
+    heads = []
+    for b in bs:
+        seeds = common_seeds(study, b, list(study["rows"]))
+        heads.append(f"{b}×" + ("" if seeds == first or not seeds else f" ({seeds_text(seeds)})"))
     cells = []
     for r in rows:
         if r in study["rows"]:
-            lead = leads(study, r, length)
-            cells.append([name(r), *[f"{lead[b]:+.3f}" if b in lead else "–" for b in bs]])
-    return md_table(["row", *[f"{b}×" for b in bs]], cells, "l" + "r" * len(bs))
+            got = [lead_at(study, r, b) for b in bs]
+            cells.append([name(r), *[f"{g['diff'][:, i].mean():+.3f}" if g else "–" for g in got]])
+    return md_table(["row", *heads], cells, "l" + "r" * len(bs))
 
 
 def ce_table(study: dict, length: str) -> str:
@@ -222,7 +302,7 @@ def ce_table(study: dict, length: str) -> str:
     budget at ``length``."""
     bs = budgets(study)
     cells = []
-    for r in study["rows"]:
+    for r in sorted(study["rows"], key=list(SCALE_ROWS).index):
         row = [name(r)]
         for b in bs:
             v = list(per_seed(study, r, b, length).values())
@@ -249,12 +329,17 @@ def missing(study: dict) -> str:
     return " ".join(out)
 
 
-def draw(study: dict, axes, lengths_shown=None) -> None:
+def draw(study: dict, axes, lengths_shown=None, rebuild: float | None = None) -> bool:
     """The frontier: each row's mean CE against its training FLOPs (log scale), one axis
     per length; baselines dashed, CAT rows solid; a band of ± one standard deviation over
-    seeds where there are several; the KERPLE-prior CAT's crossing marked."""
+    seeds where there are several; a dotted line where the KERPLE-prior CAT crosses the
+    best baseline (:func:`crossing`). A row far above the others at a length (RoPE at
+    5000) is left above the axis, named in the panel, so that it does not squeeze the
+    rest. Returns whether a crossing line was drawn (the caption says so only then)."""
     ls = lengths_shown or [lengths(study)[0], lengths(study)[-1]]
+    drawn = False
     for ax, L in zip(axes, ls):
+        tops, lows = {}, []
         for k, (row, table) in enumerate(study["rows"].items()):
             pts = sorted(table["points"], key=lambda p: p["train_flops"])
             x = np.array([p["train_flops"] for p in pts])
@@ -264,12 +349,40 @@ def draw(study: dict, axes, lengths_shown=None) -> None:
             style = "--" if row in BASELINE_ROWS else "-"
             ax.plot(x, m, style, marker="o", ms=3, color=f"C{k}", label=name(row))
             ax.fill_between(x, m - sd, m + sd, color=f"C{k}", alpha=0.15, lw=0)
-        cross = crossing(study, KERPLE, L) if KERPLE in study["rows"] else None
+            tops[row], lows = float((m + sd).max()), [*lows, float((m - sd).min())]
+        cross = crossing(study, KERPLE, L, rebuild) if KERPLE in study["rows"] else None
         if cross:
-            unit = _unit_flops(study)
-            ax.axvline(cross * unit, color="grey", ls=":", lw=1)
+            ax.axvline(cross["at"] * _unit_flops(study), color="grey", ls=":", lw=1)
+            drawn = True
+        # a row more than OFF_SCALE nats above the median row's top is left above the axis
+        cap = float(np.median(list(tops.values()))) + OFF_SCALE
+        off = [r for r, t in tops.items() if t > cap]
+        if off:
+            ax.set_ylim(min(lows) - 0.02, max(t for t in tops.values() if t <= cap) + 0.05)
+            ax.text(0.02, 0.97, "above the axis: " + ", ".join(
+                        f"{name(r)} (up to {tops[r]:.2f})" for r in off),
+                    transform=ax.transAxes, fontsize=7, va="top")
         ax.set(xscale="log", xlabel="training FLOPs", ylabel=f"CE at {L} (nats)",
                title=f"length {L}")
+    return drawn
+
+
+def passes_text(study: dict | None) -> str:
+    """How many passes over the training split the rows make, in words: the range over rows
+    at 1× and the most at the largest budget (a point's steps × batch × training length over
+    the split's characters, at the sizes of the profile the study was trained with)."""
+    from ..data import load_corpus
+    from .profiles import experiment
+
+    if study is None:
+        return "a budget that no scale artefact here measures"
+    tc = experiment(study.get("provenance", {}).get("profile", "cpu")).train
+    chars = len(load_corpus(split="90/10").train)
+    passes = {b: [p["steps"] * tc.batch * tc.seq / chars for t in study["rows"].values()
+                  for p in t["points"] if p["budget"] == b] for b in budgets(study)}
+    first, top = budgets(study)[0], budgets(study)[-1]
+    return (f"{min(passes[first]):.1f}-{max(passes[first]):.1f} passes over the training split "
+            f"by row at {first}× (up to {max(passes[top]):.0f} at {top}×)")
 
 
 def within_budget(study: dict, tolerance: float = 0.05) -> bool:
@@ -287,27 +400,29 @@ def _unit_flops(study: dict) -> float:
     return p["train_flops"]
 
 
-def answer(study: dict) -> str:
-    """The chapter's answer in two sentences: the lowest row at the largest budget, and
-    the KERPLE-prior CAT's lead over the best baseline from the smallest budget to the
-    largest, at the shortest and the longest length, with the crossings."""
+def answer(study: dict, rebuild: float | None = None) -> str:
+    """The chapter's answer: the verdict at the largest budget measured on every seed of
+    the smallest (:func:`budget_verdict`), then the KERPLE-prior CAT against the best
+    baseline along its path at the shortest and the longest length, in words."""
     bs, ls = budgets(study), lengths(study)
-    out = [budget_verdict(study, bs[-1])]
-    spans, crosses = [], []
-    for L in (ls[0], ls[-1]):
-        span = lead_span(study, KERPLE, L)
-        if span is not None:
-            b0, first, b1, last, cross = span
-            spans.append(f"from {first:+.3f} at {b0}× to {last:+.3f} at {b1}× at {L} characters")
-            crosses.append(f"{cross:.1f}×" if cross else None)
-    if spans:
-        where = [c for c in crosses if c]
-        measured = [name(r) for r in BASELINE_ROWS if r in study["rows"]]
-        best = ("the best baseline" if len(measured) == len(BASELINE_ROWS) else
-                f"the {' and the '.join(measured)} (the only baseline{'s' if len(measured) > 1 else ''} "
-                f"finished)")
-        out.append(f"The KERPLE-prior CAT's lead over {best} goes {' and '.join(spans)}"
-                   + (f" (crossing near {' and '.join(where)})." if where else "."))
+    full = common_seeds(study, bs[0], list(study["rows"]))
+    top = max((b for b in bs if set(full) <= set(common_seeds(study, b, list(study["rows"])))),
+              default=bs[-1])
+    out = [budget_verdict(study, top, rebuild)]
+    if KERPLE in study["rows"]:
+        seeds, on = lead_path(study, KERPLE)
+        if on:
+            i = {L: ls.index(L) for L in (ls[0], ls[-1])}
+            mean = {L: [lead_at(study, KERPLE, b, seeds)["diff"][:, i[L]].mean() for b in on]
+                    for L in i}
+            signs = {np.sign(v) for L in mean for v in mean[L]}
+            verb = ("trails the best baseline" if signs == {-1.0} else
+                    "leads the best baseline" if signs == {1.0} else
+                    "leads or trails the best baseline by budget")
+            spans = [f"{listed([f'{abs(v):.3f}' for v in mean[L]])} nats at {L} characters"
+                     for L in mean]
+            out.append(f"The KERPLE-prior CAT {verb} at {listed([f'{b}×' for b in on])}: by "
+                       f"{' and '.join(spans)}.")
     return " ".join(out)
 
 
@@ -315,10 +430,11 @@ NO_STUDY = ("No artefact of the scale study is in `results/` in this build: run 
             "(or `make scale DEVICE=cuda`) to write one.")
 
 
-def chapter_texts(studies: dict, main: str | None) -> dict[str, str]:
+def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None) -> dict[str, str]:
     """Chapter 11's generated Markdown, by glue key, from the study of device ``main``
     (``studies``: :func:`load_studies`): the answer, where it was read from and what it
-    lacks, the schedule check, the tables, the verdicts and the moonshot."""
+    lacks, the schedule check, the tables, the verdicts and the moonshot; ``rebuild``: the
+    rebuild spread (:func:`catlib.book.page.rebuild_spread`) the verdicts are judged by."""
     keys = ("where", "schedule", "lead_short", "lead_long", "ce_short", "ce_long", "budget_verdicts",
             "row_verdicts", "moon")
     study = studies.get(main)
@@ -332,34 +448,41 @@ def chapter_texts(studies: dict, main: str | None) -> dict[str, str]:
              + (f"; the {', '.join(others)} study is drawn below" if others else "") + ". "
              + missing(study))
     check = study.get("schedule_check")
-    schedule = ("at the 1× budget, the long run's checkpoint against a run of exactly that "
-                "many steps (first seed): " + ", ".join(
-                    f"{check['checkpoint'][L] - check['own_run'][L]:+.3f} at {L}" for L in ls)
-                + " nats (checkpoint minus run)." if check else
-                "this artefact holds no such check.")
+    if not check:
+        schedule = "this artefact holds no such check."
+    elif "skipped" in check:
+        schedule = f"not measured in this artefact: {check['skipped']}."
+    else:
+        schedule = ("at the 1× budget, the long run's checkpoint against a run of exactly that "
+                    "many steps (first seed): " + ", ".join(
+                        f"{check['checkpoint'][L] - check['own_run'][L]:+.3f} at {L}" for L in ls)
+                    + " nats (checkpoint minus run).")
     moon = []
     for r in CAT_ROWS:
         if r in study["rows"]:
             m = moonshot(study, r)
-            moon.append(f"the {name(r)}: " + ("met" if m["met"] else "missed")
+            status = ("met" if m["met"] else "untested" if m["smallest"] is None else
+                      "missed" if m["smallest"] < MOON_LEAD else "not met")
+            moon.append(f"the {name(r)}: {status}"
                         + (f", smallest lead {m['smallest']:+.3f}" if m["smallest"] is not None else "")
                         + (f" (untested at {', '.join(f'{b}×' for b in m['untested'])}: a seed "
-                           f"or a baseline missing)" if m["untested"] else ""))
-    return {"answer": answer(study), "where": where.strip(), "schedule": schedule,
+                           f"or a baseline missing there)" if m["untested"] else ""))
+    return {"answer": answer(study, rebuild), "where": where.strip(), "schedule": schedule,
             "lead_short": lead_table(study, ls[0]), "lead_long": lead_table(study, ls[-1]),
             "ce_short": ce_table(study, ls[0]),
             "ce_long": ce_table(study, ls[-1]),
-            "budget_verdicts": _bullets([budget_verdict(study, b) for b in budgets(study)]),
-            "row_verdicts": _bullets([lead_verdict(study, r) for r in CAT_ROWS if r in study["rows"]]),
+            "budget_verdicts": _bullets([budget_verdict(study, b, rebuild) for b in budgets(study)]),
+            "row_verdicts": _bullets([lead_verdict(study, r, rebuild) for r in CAT_ROWS
+                                     if r in study["rows"]]),
             "moon": _bullets(moon)}
 
 
-def answer_file_text(studies: dict, main: str | None) -> str:
+def answer_file_text(studies: dict, main: str | None, rebuild: float | None = None) -> str:
     """The sentence the intro and the README include (``book/_generated/scale_answer.md``)."""
     if main not in studies:
         return NO_STUDY + "\n"
     where = "on a CPU" if main == "cpu" else "on a GPU"
-    return f"Over budgets ({where}, chapter 11): {answer(studies[main])}\n"
+    return f"Over budgets ({where}, chapter 11): {answer(studies[main], rebuild)}\n"
 
 
 def _bullets(lines) -> str:

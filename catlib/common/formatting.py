@@ -56,6 +56,14 @@ def signed(x: float, digits: int = 3) -> str:
     return fixed(x, digits, sign=True)
 
 
+def differ_by_at_most(x: float) -> str:
+    """The largest difference of two things, for a sentence about them: "are identical
+    (they differ by 0)" where it is exactly zero (never "0.0e+00"), else "differ by at most
+    3.2e-07" (two significant digits, scientific below 1e-3)."""
+    x = abs(float(x))
+    return "are identical (they differ by 0)" if x == 0 else f"differ by at most {number(x, 2)}"
+
+
 def percent(x: float) -> str:
     """A fraction as a whole percentage, "41%"; "–" for nan (nothing to divide by)."""
     return f"{x:.0%}" if math.isfinite(x) else "–"

@@ -10,7 +10,11 @@ import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# One name, one folder: PACKAGE_DIR is the catlib package (the files the code fingerprint
+# reads), REPO_ROOT the folder above it, the top of the checkout that holds the package
+# (whose commit a result records).
+PACKAGE_DIR = Path(__file__).resolve().parents[1]   # catlib/
+REPO_ROOT = PACKAGE_DIR.parent                       # the repository: catlib/'s parent
 
 
 def package_versions(names) -> dict[str, str | None]:
@@ -34,16 +38,19 @@ def usable_cpus() -> int:
 
 
 def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
-    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout at ``root``.
+    """``{"commit": sha or None, "dirty": bool or None, "source": "git", "CATLIB_COMMIT" or
+    None}``: the commit of the checkout at ``root`` (default :data:`REPO_ROOT`, the
+    repository that holds this catlib package) and whether its tracked files differ from it.
 
-    ``CATLIB_COMMIT``, where set, wins (a copy made with ``git archive`` says so itself).
-    Otherwise the commit is read only where ``root`` is the top of its own git repository:
-    a copy of the project inside another repository (a scratch folder under someone's
-    home checkout) would else report that repository's commit. None means unknown.
-    Changes to the paths in ``ignore`` (outputs the caller writes itself) do not count.
+    The commit is read only where ``root`` is the top of its own git repository: a copy of
+    the project inside another repository (a scratch folder under someone's home checkout)
+    would else report that repository's commit. Where no such checkout is found (a copy
+    made with ``git archive``, a folder carried to another machine) ``CATLIB_COMMIT``, if
+    set, names the commit, marked ``"source": "CATLIB_COMMIT"`` (its dirtiness unknown); it
+    never wins over a checkout, so a stale value left in a shell cannot mislabel a result.
+    None means unknown. Changes to the paths in ``ignore`` (outputs the caller writes
+    itself) do not count.
     """
-    if os.environ.get("CATLIB_COMMIT"):
-        return {"commit": os.environ["CATLIB_COMMIT"], "dirty": None}
     env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # read only: never touch the index
 
     def git(*args):
@@ -54,19 +61,23 @@ def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
         except (OSError, subprocess.SubprocessError):
             return None
     top = git("rev-parse", "--show-toplevel")
-    if top is None or Path(top).resolve() != Path(root).resolve():
-        return {"commit": None, "dirty": None}
+    commit = (git("rev-parse", "HEAD")
+              if top is not None and Path(top).resolve() == Path(root).resolve() else None)
+    if commit is None:
+        if os.environ.get("CATLIB_COMMIT"):
+            return {"commit": os.environ["CATLIB_COMMIT"], "dirty": None, "source": "CATLIB_COMMIT"}
+        return {"commit": None, "dirty": None, "source": None}
     status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
                  *(f":(exclude){p}" for p in ignore))
-    return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+    return {"commit": commit, "dirty": None if status is None else bool(status), "source": "git"}
 
 
 def environment(packages, device=None, root: Path = REPO_ROOT) -> dict:
     """Where a result is computed: Python, platform, usable CPUs, the versions of
-    ``packages`` (None where absent) and the git state of ``root``; with a ``device``,
-    its type and name, torch's thread count and build, and whether only deterministic
-    kernels run (:func:`determinism`). Runs write it to ``env.json``, the book
-    runner to its report."""
+    ``packages`` (None where absent) and the git state (:func:`git_state`) of ``root``, by
+    default :data:`REPO_ROOT`, the repository that holds catlib; with a ``device``, its
+    type and name, torch's thread count and build, and whether only deterministic kernels
+    run (:func:`determinism`). Runs write it to ``env.json``, the book runner to its report."""
     env = {"python": platform.python_version(), "platform": platform.platform(),
            "cpus": usable_cpus(), "versions": package_versions(packages), "git": git_state(root)}
     if device is not None:
@@ -118,7 +129,6 @@ def torch_build(device) -> dict:
 # defines an nn.Module belongs in nn/ (a test checks it).
 FINGERPRINT_PACKAGE = "nn"
 FINGERPRINT_MODULES = ("training.loop", "training.optim", "data", "measure.evaluate", "measure.config")
-PACKAGE_DIR = Path(__file__).resolve().parent.parent   # catlib/
 
 
 def fingerprint_files(modules: tuple[str, ...] | None = None) -> list[str]:
@@ -151,9 +161,44 @@ def code_fingerprint(modules: tuple[str, ...] | None = None) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _fingerprint(modules: tuple[str, ...] | None) -> str:
+    return fingerprint_of(fingerprint_files(modules),
+                          lambda name: (PACKAGE_DIR / name).read_bytes()
+                          if (PACKAGE_DIR / name).is_file() else None)
+
+
+def fingerprint_of(names, read) -> str:
+    """The fingerprint of the files ``names`` (paths relative to the package directory)
+    whose bytes ``read(name)`` returns (None: the file does not exist): the one rule of
+    :func:`code_fingerprint`, also applied to the files of an earlier commit
+    (:func:`commits_with_fingerprint`)."""
     h = hashlib.sha256()
-    for name in fingerprint_files(modules):
-        path = PACKAGE_DIR / name
-        source = path.read_bytes() if path.is_file() else b"missing"
+    for name in names:
+        source = read(name)
+        source = b"missing" if source is None else source
         h.update(f"{name}\0{len(source)}\0".encode() + source)
     return h.hexdigest()[:16]
+
+
+def commits_with_fingerprint(fingerprint: str, until: str | None = None,
+                             root: Path = REPO_ROOT, depth: int = 200) -> list[str]:
+    """The commits of ``root``'s history (newest first, the last ``depth``, none after the
+    date ``until`` where given) whose code has :func:`code_fingerprint` ``fingerprint``:
+    the commits an artefact that recorded its fingerprint but no commit can have been
+    built from. Empty where ``root`` is no git checkout."""
+    def git(*args, text=True):
+        r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=text, timeout=30)
+        return r.stdout if r.returncode == 0 else None
+
+    log = git("log", f"-{depth}", "--format=%H", *([f"--until={until}"] if until else []))
+    found = []
+    for commit in (log or "").split():
+        listed = (git("ls-tree", "-r", "--name-only", commit, f"{PACKAGE_DIR.name}/{FINGERPRINT_PACKAGE}/")
+                  or "").split()
+        inside = sorted(n.split("/", 1)[1] for n in listed
+                        if "__pycache__" not in n and not any(
+                            part.startswith(".") for part in n.split("/")[2:]))
+        names = inside + fingerprint_files(FINGERPRINT_MODULES)
+        if fingerprint_of(names, lambda name: git("show", f"{commit}:{PACKAGE_DIR.name}/{name}",
+                                                  text=False)) == fingerprint:
+            found.append(commit)
+    return found

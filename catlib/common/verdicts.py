@@ -47,14 +47,14 @@ def verdict(diff, lengths, first: str, second: str, rebuild: float | None = None
     lower = [second if m > 0 else first for m in mean]
     if len(set(lower)) == 1:
         where = "at every length" if len(lengths) > 1 else f"at {lengths[0]}"
-        return (f"{_the(lower[0])} leads {where}, by {_range(np.abs(mean))} nats, "
-                f"{_judged(real, lengths, len(diff), rebuild)}.")
+        return (f"{subject(lower[0])} leads {where}, by {nats_range(np.abs(mean))} nats, "
+                f"{judged(real, lengths, len(diff), rebuild)}.")
     parts = []
     for k, row in enumerate(dict.fromkeys(lower)):
         idx = [i for i, r in enumerate(lower) if r == row]
-        parts.append(f"{_the(row)}{' is lower' if k == 0 else ''} at "
-                     f"{_lengths([lengths[i] for i in idx])}, by {_range(np.abs(mean[idx]))} nats")
-    return f"{'; '.join(parts)}; {_judged(real, lengths, len(diff), rebuild)}."
+        parts.append(f"{subject(row)}{' is lower' if k == 0 else ''} at "
+                     f"{listed([lengths[i] for i in idx])}, by {nats_range(np.abs(mean[idx]))} nats")
+    return f"{'; '.join(parts)}; {judged(real, lengths, len(diff), rebuild)}."
 
 
 def verdict_table(diff, lengths, first: str, second: str, rebuild: float | None = None) -> str:
@@ -62,20 +62,20 @@ def verdict_table(diff, lengths, first: str, second: str, rebuild: float | None 
     and whether that is more than the spread."""
     diff = np.asarray(diff, dtype=float)
     mean, real = diff.mean(0), beyond_spread(diff, rebuild)
-    lines = [f"| length | lower | by (nats) | more than {_spread(len(diff), rebuild) or 'a spread'} |",
+    lines = [f"| length | lower | by (nats) | more than {spread_name(len(diff), rebuild) or 'a spread'} |",
              "|---:|---|---:|---|"]
     for L, m, r in zip(lengths, mean, real):
         lines.append(f"| {L} | {second if m > 0 else first} | {abs(m):.3f} | {'yes' if r else 'no'} |")
     return "\n".join(lines)
 
 
-def _the(label: str) -> str:
+def subject(label: str) -> str:
     """A row's label as the subject of a sentence: "the ALiBi baseline, CAT's compute as
     steps," (a label with a comma is closed by one)."""
     return f"the {label}," if "," in label else f"the {label}"
 
 
-def _range(values) -> str:
+def nats_range(values) -> str:
     """"0.12-0.14" (two decimals; three where the smallest is below 0.1), or one number."""
     lo, hi = float(np.min(values)), float(np.max(values))
     digits = 3 if lo < 0.1 else 2
@@ -83,27 +83,27 @@ def _range(values) -> str:
     return a if a == b else f"{a}-{b}"
 
 
-def _lengths(values) -> str:
+def listed(values) -> str:
     values = [str(v) for v in values]
     return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} and {values[-1]}"
 
 
-def _spread(seeds: int, rebuild: float | None) -> str | None:
+def spread_name(seeds: int, rebuild: float | None) -> str | None:
     if seeds > 1:
         return "the spread over seeds" + (" and over rebuilds" if rebuild is not None else "")
     return "the spread over rebuilds" if rebuild is not None else None
 
 
-def _judged(real, lengths, seeds: int, rebuild: float | None) -> str:
+def judged(real, lengths, seeds: int, rebuild: float | None) -> str:
     """Whether the difference is more than the noise, in words."""
-    spread = _spread(seeds, rebuild)
+    spread = spread_name(seeds, rebuild)
     if spread is None:
         return "one seed and no rebuild measured, so not judged against any spread"
     if real.all():
         return f"more than {spread}"
     if not real.any():
         return f"within {spread}, so not a measured difference"
-    return f"more than {spread} at {_lengths([L for L, r in zip(lengths, real) if r])} only"
+    return f"more than {spread} at {listed([L for L, r in zip(lengths, real) if r])} only"
 
 
 def sentences(text: str) -> list[str]:
@@ -143,7 +143,7 @@ def short_lead(mean_diff, first: str, second: str) -> str:
     ``first`` is lower); "the lead changes sides between lengths" where they disagree."""
     mean_diff = np.asarray(mean_diff, dtype=float)
     if (mean_diff > 0).all():
-        return f"{first} leads at every length, by {_range(mean_diff)} nats"
+        return f"{first} leads at every length, by {nats_range(mean_diff)} nats"
     if (mean_diff < 0).all():
-        return f"{second} leads at every length, by {_range(-mean_diff)} nats"
+        return f"{second} leads at every length, by {nats_range(-mean_diff)} nats"
     return "the lead changes sides between lengths"

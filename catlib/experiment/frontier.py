@@ -22,7 +22,7 @@ import numpy as np
 from ..common.verdicts import beyond_spread, verdict
 from .grid import run_refinement
 from .ladder import (FRONTIER_LONG_WINDOWS, frontier_scoring, ladder_ce,  # noqa: F401
-                     ladder_model, ladder_points, step_train_flops)
+                     ladder_model, ladder_point, ladder_points, step_train_flops)
 from .rows import ROWS, budget_configs  # noqa: F401 (budget_configs: its earlier home)
 
 # The inference dial: (solver, steps), from the cheapest; the trained solver is added.
@@ -42,13 +42,9 @@ def frontier_table(runs: dict, points: dict, corpus, lengths, caps, device=None)
     for row, plist in points.items():
         pts = []
         for label, seeds, step in plist:
-            key = ROWS[label].model
-            counted = [step_train_flops(runs[label, s], key, step) for s in seeds]
-            ce = [ladder_ce(runs[label, s], key, step, corpus, lengths, caps, device) for s in seeds]
             pts.append({"steps": int(step), "seeds": [int(s) for s in seeds],
-                        "train_flops": float(np.mean([c[0] for c in counted])),
-                        "seconds": float(np.mean([c[1] for c in counted])),
-                        "ce": {str(L): [c[str(L)] for c in ce] for L in lengths}})
+                        **ladder_point([(runs[label, s], step) for s in seeds], ROWS[label].model,
+                                       corpus, lengths, caps, device)})
         out[row] = {"points": sorted(pts, key=lambda p: p["train_flops"])}
     return out
 

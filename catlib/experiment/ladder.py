@@ -5,6 +5,7 @@ point of a frontier, scored and counted: CE at the frontier's lengths
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .compute import run_compute
@@ -79,3 +80,15 @@ def step_train_flops(run, model_key: str, step: int) -> tuple[float, float]:
     train = [m for m in run.metrics() if m.get("kind") == "train" and m["step"] < step]
     nfe = [int(m["nfe_forward"]) if model_key == "cat" else 0 for m in train]
     return float(sum(per[n] for n in nfe)), float(sum(m["seconds"] for m in train))
+
+
+def ladder_point(at: list, model_key: str, corpus, lengths, caps, device=None) -> dict:
+    """One point of a frontier from the weights of several seeds' runs: ``at`` lists
+    ``(run, step)``, one per seed. ``{"train_flops", "seconds"}`` (the mean over the seeds of
+    :func:`step_train_flops`) and ``"ce": {"<length>": [CE per seed]}`` (:func:`ladder_ce`).
+    Chapter 10's frontier and the scale study build their points here."""
+    counted = [step_train_flops(run, model_key, step) for run, step in at]
+    ce = [ladder_ce(run, model_key, step, corpus, lengths, caps, device) for run, step in at]
+    return {"train_flops": float(np.mean([c[0] for c in counted])),
+            "seconds": float(np.mean([c[1] for c in counted])),
+            "ce": {str(L): [c[str(L)] for c in ce] for L in lengths}}

@@ -319,19 +319,35 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
     """The training session of :func:`train_run`: metrics, checkpoints, final weights, status."""
     path, tc = run.path, trainer.tc
     log = _MetricsLog(path / "metrics.jsonl")
+    ladder_at = None  # the step whose ladder files this session has written
+
+    def ladder() -> None:
+        """At a ladder point, the weights after this step, once per step."""
+        nonlocal ladder_at
+        if trainer.step in tc.checkpoints and trainer.step != ladder_at:
+            _save_ladder(run, trainer)
+            ladder_at = trainer.step
 
     def checkpoint() -> None:
         nonlocal last_good
+        # The ladder files first: a checkpoint at a ladder step implies them, since a run
+        # resumed from it never trains that step again (a kill or Ctrl-C between the two
+        # writes would lose them for good).
+        ladder()
         log.sync()  # the metrics of every checkpointed step are on disk
         last_good = _save_checkpoint(run, trainer)
 
     def step_done(m: dict) -> None:
-        if trainer.step in tc.checkpoints:      # a ladder point: the weights after this step
-            _save_ladder(run, trainer)
+        ladder()  # the ladder points that are not checkpointed (written once per step)
         if on_step:
             on_step(m)
 
     try:
+        # A run resumed from a ladder step's checkpoint that older code wrote before the
+        # step's ladder files, then was cut: the weights just restored are that step's.
+        if trainer.step in tc.checkpoints and not all(
+                (path / ladder_file(trainer.step, m)).exists() for m in tc.models):
+            ladder()
         reason = train_loop(trainer, val_ids=corpus.val, log=log.write, checkpoint=checkpoint,
                             echo=echo, progress=progress, on_step=step_done)
     except KeyboardInterrupt:
