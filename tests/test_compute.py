@@ -113,7 +113,7 @@ def test_compute_matched_rows_get_the_flops_they_claim():
         assert mb.blocks > 1
         ms, ts = ex.row_configs(ex.ROWS[ex.AS_STEPS], e, 0)
         assert ts.train_steps > 2 * e.train.train_steps and ms.blocks == 1
-        assert e.train.train_steps in ts.checkpoints      # the headline budget is a point
+        assert e.train.train_steps in ts.branches         # the headline budget is a point
 
 
 # One counting rule for every row (issue 42): each model kind of catlib.nn.config, with its
@@ -238,10 +238,11 @@ def test_ladders_and_seeds():
     e = profiles.experiment("cpu")
     for label in (*ex.FRONTIER_CATS, ex.EULER_CAT, ex.AS_STEPS, ex.ROPE_LADDER):
         _, tc = ex.row_configs(ex.ROWS[label], e, 0)
-        budgets = sorted({*tc.checkpoints, tc.train_steps})
+        budgets = sorted({*tc.branches, tc.train_steps})
         assert len(budgets) >= 4 and budgets[-1] >= 8 * budgets[0], (label, budgets)
+        assert not tc.checkpoints and tc.schedule == "wsd"   # the recipe's points are branches
     _, tc = ex.row_configs(ex.ROWS[ex.MATCHED], e, 0)
-    assert tc.train_steps == e.train.train_steps and max(tc.checkpoints) < tc.train_steps
+    assert tc.train_steps == e.train.train_steps and max(tc.branches) < tc.train_steps
     rows = ex.CHAPTER_ROWS["10_equal_compute"]
     assert len(rows) == len(set(rows)) and ex.EULER_CAT in rows
     p = {"seeds": [0, 1, 2]}
@@ -297,7 +298,7 @@ def test_the_pool_scores_the_frontier_points(monkeypatch, tmp_path):
                                         e.evaluation.curve_windows)
     first = by_owner[(ex.AS_STEPS, 0)]["ladder"]
     tc = ex.row_configs(ex.ROWS[ex.AS_STEPS], e, 0)[1]
-    assert first["steps"] == sorted({*tc.checkpoints, tc.train_steps}) and len(first["steps"]) >= 4
+    assert first["steps"] == sorted({*tc.branches, tc.train_steps}) and len(first["steps"]) >= 4
     assert by_owner[(ex.AS_STEPS, 1)]["ladder"]["steps"] == [tc.train_steps]
     assert (first["lengths"], first["caps"]) == (lengths, caps) and caps[-1] <= fr.FRONTIER_LONG_WINDOWS
     assert by_owner[(ex.AS_LAYERS, 0)]["ladder"]["steps"] == [

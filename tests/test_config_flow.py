@@ -213,7 +213,7 @@ def test_the_book_commands_train_the_books_runs():
            "--batch 20 --repeat_share 0.5 --repeat_periods 8 112 --models cat")
     assert far.replace(" --blocks", " \\\n     --blocks") in page
     for label, extra in (("KERPLE-prior CAT",
-                          "--kernel kerple-prior --models cat --checkpoints 62 125 250"),
+                          "--kernel kerple-prior --models cat --branches 62 125 250"),
                          ("ALiBi baseline", "--baseline_positions alibi --models base"),
                          (ex.FAR_COPY, far)):
         args = build_parser().parse_args(["train", *shlex.split(common), *extra.split()])
@@ -230,7 +230,7 @@ def test_to_dict_names_the_fields_it_leaves_out_and_why():
     left_out = full - set(CATConfig().to_dict())
     doc = " ".join(CATConfig.to_dict.__doc__.split())
     named = set(re.findall(r"``(\w+)``", doc)) & full
-    assert left_out == {"train_solver_steps", "far_heads", "attention_residual"}
+    assert left_out == {"train_solver_steps", "far_heads", "attention_residual", "baseline_block"}
     assert left_out <= named and "baseline_loop_scale" in named, doc
     assert "code fingerprint" in doc, doc     # what changed every hash when a field came
 

@@ -39,17 +39,16 @@ def test_bad_arguments_stop_before_anything_trains(tmp_path, capsys, monkeypatch
     assert (tmp_path / "FILE").read_text() == "keep me"
 
 
-def test_a_plan_without_seed_0_at_1x_skips_the_schedule_check(tiny_path, monkeypatch, tmp_path):
+def test_a_plan_without_seed_0_at_1x_trains_only_its_runs(tiny_path, monkeypatch, tmp_path):
     """The review's repro, ``--budgets 1 --seeds 1``: a KeyError after all the training
-    before; now the artefact says why the check is missing, and no extra run trains."""
+    before (the schedule check wanted seed 0's 1x point); now the study trains the plan's
+    one run and writes its recipe (a point *is* the run trained to its budget: nothing left
+    to check, tests/test_recipe.py)."""
     monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
     e = profiles.experiment("smoke")
     e = dataclasses.replace(e, train=dataclasses.replace(e.train, train_steps=2, batch=2))
     out = scale.run_study(e, root=tmp_path, device="cpu", plan={1: (1,)}, rows=[scale.KERPLE],
                           jobs=1, echo=None)
-    assert out["schedule_check"] == {"skipped": "the plan has no 1x point of seed 0"}
+    assert "schedule_check" not in out and out["recipe"]["points"] == "branched"
     assert len(list(tmp_path.iterdir())) == 1                        # the one run of the plan
-    assert scale.schedule_check_skipped({(scale.ALIBI, 0): None}, {1: (0,)}).startswith(
-        "the KERPLE-prior CAT is not among")
-    assert scale.schedule_check_skipped({(scale.KERPLE, 0): None}, {2: (0,)}) == (
-        "the plan has no 1x point of seed 0")
+    assert out["rows"][scale.KERPLE]["points"][0]["seeds"] == [1]

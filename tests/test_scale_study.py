@@ -11,8 +11,8 @@ import pytest
 
 from catlib.book import scale_study as ss
 from catlib.common.verdicts import prose_problems
-from catlib.experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, EULER, EULER_DEEP, KERPLE,
-                                     ROPE, SCALE_ROWS)
+from catlib.experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, CONTROL, EULER, EULER_DEEP,
+                                     KERPLE, ROPE, SCALE_ROWS)
 
 matplotlib.use("Agg")
 LABELS = [ss.name(r) for r in SCALE_ROWS] + list(SCALE_ROWS)
@@ -156,10 +156,21 @@ def test_the_verdicts_read_like_sentences():
     assert ss.budget_verdict(CROSSING, 4).startswith("At 4× (2 seeds), the KERPLE-prior CAT is lowest")
 
 
-def test_a_skipped_schedule_check_is_said():
-    study = dict(CROSSING, schedule_check={"skipped": "the plan has no 1x point of seed 0"})
-    assert ss.chapter_texts({"cpu": study}, "cpu")["schedule"] == (
-        "not measured in this artefact: the plan has no 1x point of seed 0.")
+def test_the_method_follows_the_artefact_and_the_kernel_control_is_judged():
+    """An artefact from before the recipe says so (and what its points were); one on the
+    recipe says how its points were branched. The Euler CAT against its control: the
+    kernel's share of the lead, judged by the spread rule."""
+    old = dict(CROSSING, schedule_check={"skipped": "the plan has no 1x point of seed 0"})
+    assert "before the book's recipe" in ss.chapter_texts({"cpu": old}, "cpu")["method"]
+    new = dict(CROSSING, recipe={"schedule": "wsd", "warmup": 25, "decay_share": 0.2, "lr": 4e-3,
+                                 "penalty_horizon": 500, "points": "branched"})
+    assert "branched from the row's longest run" in ss.method_text(new)
+    study = _baselines(**{EULER: {1: [1.90, 1.91], 4: [1.60, 1.61]},
+                          CONTROL: {1: [1.95, 1.96], 4: [1.61, 1.615]}})
+    said = ss.kernel_verdicts(study, rebuild=0.009)
+    assert said[0].startswith("At 1× (2 seeds), the Euler CAT leads at every length, by 0.050")
+    assert "within the spread" in said[1]
+    assert ss.chapter_texts({"cpu": CROSSING}, "cpu")["kernel"] == "- this artefact has no kernel control row"
 
 
 def test_load_studies_reads_the_artefacts_present(tmp_path):

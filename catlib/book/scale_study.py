@@ -20,8 +20,9 @@ import numpy as np
 
 from ..common.formatting import md_table
 from ..common.verdicts import beyond_spread, judged, listed, nats_range, subject
-from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, EULER, EULER_DEEP, KERPLE,
-                                KERPLE_ODE, ROPE, SCALE_ROWS)
+from ..common.verdicts import verdict
+from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, CONTROL, EULER, EULER_DEEP,
+                                KERPLE, KERPLE_ODE, ROPE, SCALE_ROWS)
 
 # The devices a study artefact can come from (``results/scale_<device>.json``), the CPU first.
 STUDY_DEVICES = ("cpu", "cuda")
@@ -30,12 +31,14 @@ STUDY_DEVICES = ("cpu", "cuda")
 MOON_LEAD = 0.05
 # The figure leaves a row above its axis where it lies this far (nats) above the median row.
 OFF_SCALE = 0.5
-CAT_ROWS = tuple(label for label in SCALE_ROWS if label not in BASELINE_ROWS)
+# The rows with the CAT's kernel (the kernel's control, the CAT block without it, is
+# compared with the Euler CAT apart: :func:`kernel_verdicts`).
+CAT_ROWS = tuple(label for label in SCALE_ROWS if label not in (*BASELINE_ROWS, CONTROL))
 # The rows as the chapter's sentences, tables and figure name them (short enough to read;
 # the chapter says what each is).
 NAMES = {ALIBI: "ALiBi baseline", ALIBI_DEEP: "deep ALiBi baseline", ROPE: "RoPE baseline",
          KERPLE: "KERPLE-prior CAT", KERPLE_ODE: "ODE-consistent CAT", EULER: "Euler CAT",
-         EULER_DEEP: "deep Euler CAT"}
+         EULER_DEEP: "deep Euler CAT", CONTROL: "kernel control"}
 
 
 def name(row: str) -> str:
@@ -367,6 +370,15 @@ def draw(study: dict, axes, lengths_shown=None, rebuild: float | None = None) ->
     return drawn
 
 
+def budgets_text(studies: dict, main: str | None) -> str:
+    """The budgets of the study read here, and of the other device's where there is one:
+    "1×, 2× and 4× on a CPU; 1× to 16× on a GPU"."""
+    where = {"cpu": "on a CPU", "cuda": "on a GPU"}
+    said = [f"{listed([f'{b}×' for b in budgets(studies[d])])} {where.get(d, d)}"
+            for d in [main, *[d for d in studies if d != main]] if d in studies]
+    return "; ".join(said) or "none measured here"
+
+
 def passes_text(study: dict | None) -> str:
     """How many passes over the training split the rows make, in words: the range over rows
     at 1× and the most at the largest budget (a point's steps × batch × training length over
@@ -426,6 +438,81 @@ def answer(study: dict, rebuild: float | None = None) -> str:
     return " ".join(out)
 
 
+def kernel_verdicts(study: dict, rebuild: float | None = None) -> list[str]:
+    """Per budget, the Euler CAT against its control (the same block with ALiBi's fixed bias,
+    the learned kernel off), on their common seeds, with the spread rule: is the Euler CAT's
+    lead its kernel's? (:func:`~catlib.common.verdicts.verdict`)."""
+    if not {EULER, CONTROL} <= set(study["rows"]):
+        return []
+    out = []
+    for b in budgets(study):
+        seeds = common_seeds(study, b, (EULER, CONTROL))
+        if seeds:
+            diff = ce_matrix(study, EULER, b, seeds) - ce_matrix(study, CONTROL, b, seeds)
+            said = verdict(diff, lengths(study), name(EULER), name(CONTROL), rebuild)
+            out.append(f"At {b}× ({seeds_text(seeds)}), {said}")
+    return out
+
+
+def window_text(study: dict) -> str:
+    """How many validation windows each CE reads and the standard error that window sampling
+    gives it (the range over the points), in a sentence; "" for an artefact without it."""
+    points = [p for t in study["rows"].values() for p in t["points"] if "se" in p]
+    if not points:
+        return ""
+    parts = []
+    for L in lengths(study):
+        se = [v for p in points for v in p["se"][L]]
+        parts.append(f"{points[0]['windows'][L]} windows at {L} (standard error "
+                     f"{nats_range(se)})")
+    return ("Every CE reads every window of the validation split: " + ", ".join(parts)
+            + "; every row reads the same windows, so the differences between rows are paired.")
+
+
+def overfit_table(study: dict) -> str:
+    """Markdown: per row and budget, the CE on the training split minus the CE on the
+    validation split at the shortest length (mean over seeds, nats; near 0: no overfitting,
+    below 0: the row fits its training text better than text it has not seen); "" for an
+    artefact without training CE."""
+    L, bs = lengths(study)[0], budgets(study)
+    if not any("train_ce" in p for t in study["rows"].values() for p in t["points"]):
+        return ""
+    cells = []
+    for r in sorted(study["rows"], key=list(SCALE_ROWS).index):
+        row = [name(r)]
+        for b in bs:
+            p = point(study, r, b)
+            row.append("–" if not p or "train_ce" not in p else
+                       f"{np.mean(p['train_ce'][L]) - np.mean(p['ce'][L]):+.3f}")
+        cells.append(row)
+    return md_table(["row", *[f"{b}×" for b in bs]], cells, "l" + "r" * len(bs))
+
+
+def method_text(study: dict) -> str:
+    """How the artefact's points were made, from its recipe: branched runs on the book's
+    recipe, or (an artefact from before it) checkpoints of constant-rate runs with the
+    schedule check it measured."""
+    recipe = study.get("recipe")
+    if recipe and recipe.get("points") == "branched":
+        return (f"Every run warms up over {recipe['warmup']} steps, holds the rate "
+                f"{recipe['lr']:g}, then decays it linearly to zero over its last "
+                f"{recipe['decay_share']:.0%}; the CAT's Sobolev weight runs over "
+                f"{recipe['penalty_horizon']} steps whatever the run's length. A smaller "
+                "budget's point is a run of that budget branched from the row's longest run "
+                "where its own decay starts: the run trained alone to that budget, bit for bit, "
+                "its decay counted in its FLOPs.")
+    check = study.get("schedule_check")
+    text = ("This artefact was trained before the book's recipe: a constant rate with no "
+            "warm-up and no decay, each budget's point the weights the row's longest run kept "
+            "at that step (the shorter run, for a baseline). A CAT's Sobolev weight decays over "
+            "its run, so its point is the long run stopped early")
+    if check and "skipped" not in check:
+        text += (": at 1×, first seed, the checkpoint minus a run of exactly that many steps "
+                 "reads " + ", ".join(f"{check['checkpoint'][L] - check['own_run'][L]:+.3f} at {L}"
+                                      for L in lengths(study)) + " nats")
+    return text + ". `make scale` trains it again on the recipe."
+
+
 NO_STUDY = ("No artefact of the scale study is in `results/` in this build: run `make scale` "
             "(or `make scale DEVICE=cuda`) to write one.")
 
@@ -435,8 +522,8 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
     (``studies``: :func:`load_studies`): the answer, where it was read from and what it
     lacks, the schedule check, the tables, the verdicts and the moonshot; ``rebuild``: the
     rebuild spread (:func:`catlib.book.page.rebuild_spread`) the verdicts are judged by."""
-    keys = ("where", "schedule", "lead_short", "lead_long", "ce_short", "ce_long", "budget_verdicts",
-            "row_verdicts", "moon")
+    keys = ("where", "method", "windows", "lead_short", "lead_long", "ce_short", "ce_long",
+            "budget_verdicts", "row_verdicts", "kernel", "overfit", "moon")
     study = studies.get(main)
     if study is None:
         return {"answer": NO_STUDY, **{key: "(no artefact)" for key in keys}}
@@ -447,16 +534,6 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
              f"{prov.get('date') or study.get('date') or 'date unknown'})"
              + (f"; the {', '.join(others)} study is drawn below" if others else "") + ". "
              + missing(study))
-    check = study.get("schedule_check")
-    if not check:
-        schedule = "this artefact holds no such check."
-    elif "skipped" in check:
-        schedule = f"not measured in this artefact: {check['skipped']}."
-    else:
-        schedule = ("at the 1× budget, the long run's checkpoint against a run of exactly that "
-                    "many steps (first seed): " + ", ".join(
-                        f"{check['checkpoint'][L] - check['own_run'][L]:+.3f} at {L}" for L in ls)
-                    + " nats (checkpoint minus run).")
     moon = []
     for r in CAT_ROWS:
         if r in study["rows"]:
@@ -467,7 +544,11 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
                         + (f", smallest lead {m['smallest']:+.3f}" if m["smallest"] is not None else "")
                         + (f" (untested at {', '.join(f'{b}×' for b in m['untested'])}: a seed "
                            f"or a baseline missing there)" if m["untested"] else ""))
-    return {"answer": answer(study, rebuild), "where": where.strip(), "schedule": schedule,
+    return {"answer": answer(study, rebuild), "where": where.strip(), "method": method_text(study),
+            "windows": window_text(study) or "This artefact scored a few windows per length.",
+            "kernel": _bullets(kernel_verdicts(study, rebuild)) if kernel_verdicts(study, rebuild)
+            else "- this artefact has no kernel control row",
+            "overfit": overfit_table(study) or "(this artefact holds no training CE)",
             "lead_short": lead_table(study, ls[0]), "lead_long": lead_table(study, ls[-1]),
             "ce_short": ce_table(study, ls[0]),
             "ce_long": ce_table(study, ls[-1]),

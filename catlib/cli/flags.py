@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from ..data import SPLITS
 from ..measure.config import EvalConfig
-from ..nn.config import (BASELINE_POSITIONS, BASES, KERNELS, PENALTIES, PRIOR_KERNELS,
+from ..nn.config import (BASELINE_BLOCKS, BASELINE_POSITIONS, BASES, KERNELS, PENALTIES, PRIOR_KERNELS,
                         SOLVER_NAMES, VARIANTS, CATConfig)
 from ..training.optim import DECAY_ON
-from ..training.loop import MODELS, TrainConfig
+from ..training.loop import MODELS, SCHEDULES, TrainConfig
 
 
 def _budget(text: str) -> float:
@@ -86,6 +86,9 @@ CATLIB_FIELDS = {
     "baseline_loops": "RoPE/ALiBi baseline: each layer applied this many times",
     "baseline_loop_scale": "looped RoPE/ALiBi baseline: each application adds 1/baseline_loops "
                            "of each sublayer's update (forward Euler in depth)",
+    "baseline_block": "RoPE/ALiBi baseline's layer: post-ln-relu (post-norm, ReLU: the "
+                      "published layer) or pre-ln-gelu (pre-norm, GELU, final LayerNorm: "
+                      "nanoGPT's)",
     "kernel": "CAT's kernel (all but absolute: --variant causal)",
     "kernel_scale": "c, in tokens: distances enter as log(1 + d / c)",
     "kernel_horizon": "D, in tokens: the distance map reaches 1 at d = D",
@@ -118,6 +121,14 @@ CATLIB_FIELDS = {
     "checkpoints": "steps after which the run also keeps its models' weights "
                    "(ladder-<step>-<model>.pt: the run stopped there, the learning rate being "
                    "constant), e.g. 250 500",
+    "schedule": "learning-rate schedule: constant (the published loop) or wsd (linear "
+                "warm-up, the constant rate, a linear decay to zero at the end)",
+    "warmup": "with --schedule wsd: steps of linear warm-up",
+    "decay_share": "with --schedule wsd: the share of the run whose rate decays linearly to zero",
+    "penalty_horizon": "steps the Sobolev weight's schedule runs over (default: --train_steps, "
+                       "the published; a number: the same schedule for every run length)",
+    "branches": "with --schedule wsd: shorter run lengths to branch from this run where their "
+                "decay starts (each trained as its own run, <name>-to-<steps>), e.g. 250 500",
     "weight_decay_on": "what AdamW's weight decay (0.01) acts on: all (every parameter, the "
                        "published optimiser) or matrices (weights of linear maps and embeddings "
                        "only) (default: follows --variant: published all, causal matrices)",
@@ -135,7 +146,8 @@ LEFT_OUT = {
 }
 CHOICES = {"basis": BASES, "variant": VARIANTS, "solver": SOLVER_NAMES, "split": SPLITS,
            "models": MODELS, "penalty": PENALTIES, "baseline_positions": BASELINE_POSITIONS,
-           "kernel": KERNELS, "weight_decay_on": DECAY_ON}
+           "kernel": KERNELS, "weight_decay_on": DECAY_ON, "baseline_block": BASELINE_BLOCKS,
+           "schedule": SCHEDULES}
 ALIASES = {"val_every": ("--val-every",), "checkpoint_every": ("--checkpoint-every",),
            "batch_tokens": ("--batch-tokens",), "dropout_in_eval": ("--dropout-in-eval",)}
 PARSERS = {"budget": _budget}          # argparse types that the field's type does not give

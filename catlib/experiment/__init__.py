@@ -16,7 +16,7 @@ from .grid import (BASELINES, BEYOND, CHAPTER_ROWS, CONTROLS, DECAY_ANCHORED,  #
                    chapter_seeds, configs, dropout_on_rows, position_curve, row_configs,
                    run_copy_gain, run_refinement, scores, table_scores, train_grid, train_rows,
                    training_costs, window_cap, write_part)
-from .grid import (AS_LAYERS, AS_STEPS, CAT_LADDER, COMPUTE_MATCHED, EULER_CAT,  # noqa: F401
+from .grid import (AS_LAYERS, AS_STEPS, CAT_LADDER, COMPUTE_MATCHED, EULER_CAT, EULER_CONTROL,  # noqa: F401
                    EXTRA_EQUAL_COMPUTE, FRONTIER_CATS, FRONTIER_ONE_SEED, LADDER, MATCHED,
                    NO_COPY_TEST, ROPE_LADDER, SCHEDULE_CHECK, runs_summary)
 from .pool import worker_devices  # noqa: F401

@@ -29,7 +29,8 @@ from ..training.loop import TrainConfig
 from .rows import (  # noqa: F401 (the rows' names, importable from here as before)
     AS_LAYERS, AS_STEPS,
     BASELINES, BEYOND, CAT_LADDER, CHAPTER_ROWS, COMPUTE_MATCHED, CONTROLS, DECAY_ANCHORED,
-    DIAGNOSTIC, DISTANCE_KERNELS, EULER_CAT, EXTRA, EXTRA_EQUAL_COMPUTE, FAR_COPY, FAR_ODE,
+    DIAGNOSTIC, DISTANCE_KERNELS, EULER_CAT, EULER_CONTROL, EXTRA, EXTRA_EQUAL_COMPUTE,
+    FAR_COPY, FAR_ODE,
     FRONTIER_CATS, FRONTIER_ONE_SEED, FRONTIER_ROWS, HEADLINE, LADDER, MATCHED, NO_COPY_TEST,
     ODE_CONSISTENT, RANDOM_PASSAGES_SEED, ROPE_LADDER, ROWS, Row, SCHEDULE_CHECK,
     SEEDS_WITH_EXTRA, STUDY, STUDY_DIAGNOSTIC, _BOOK_ROWS, chapter_seeds, configs,
@@ -97,7 +98,8 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                                   copy_random=bool(copy) and row.study)
             if label in FRONTIER_ROWS and curve:
                 first = seed == seeds_of(label)[0]
-                steps = sorted({*tc.checkpoints, tc.train_steps}) if first else [tc.train_steps]
+                steps = (sorted({*tc.checkpoints, *tc.branches, tc.train_steps}) if first
+                         else [tc.train_steps])
                 f_lengths, f_caps = frontier_scoring(ev.lengths, ev.eval_windows, ev.curve_windows)
                 ladder = specs[key].setdefault("ladder", dict(steps=[], lengths=f_lengths,
                                                               caps=f_caps, model=row.model))

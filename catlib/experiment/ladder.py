@@ -1,4 +1,5 @@
-"""A run's ladder: the weights it kept on its way (``TrainConfig.checkpoints``), each a
+"""A run's ladder: the weights it kept on its way (``TrainConfig.checkpoints``), or the
+shorter runs branched from it before their decay (``TrainConfig.branches``), each a
 point of a frontier, scored and counted: CE at the frontier's lengths
 (:func:`ladder_ce`, stored with the run) and the training FLOPs and seconds up to it
 (:func:`step_train_flops`). Chapter 10's frontier and the scale study read them.
@@ -36,6 +37,8 @@ def ladder_model(run, step: int, model_key: str, device="cpu"):
 
     if step == run.train_config.train_steps:
         return run.load_weights(device)[0][model_key]
+    if step in run.train_config.branches:
+        return point_run(run, step).load_weights(device)[0][model_key]
     path = run.path / ladder_file(step, model_key)
     if not path.exists():
         raise RunError(f"{path} is missing: the run kept no weights after {step} steps "
@@ -50,31 +53,63 @@ def ladder_model(run, step: int, model_key: str, device="cpu"):
 
 
 def ladder_points(run, model_key: str) -> list[int]:
-    """The steps of the run's ladder: its kept checkpoints and its last step."""
+    """The steps of the run's ladder: its kept checkpoints, its branches and its last step."""
     tc = run.train_config
-    return sorted({*tc.checkpoints, tc.train_steps})
+    return sorted({*tc.checkpoints, *tc.branches, tc.train_steps})
+
+
+def point_run(run, step: int):
+    """The run whose final weights are ``run``'s point after ``step`` steps: the run of
+    ``step`` steps branched from it (``TrainConfig.branches``), or ``run`` itself (its last
+    step, or a checkpoint of a constant-rate run)."""
+    from ..runs import open_run
+    from ..runs.training import branch_name
+
+    if step in run.train_config.branches:
+        return open_run(run.path.parent / branch_name(run.path.name, step))
+    return run
 
 
 def ladder_ce(run, model_key: str, step: int, corpus, lengths, caps, device=None) -> dict:
     """CE ``{length: ce}`` of the weights ``run`` kept after ``step`` steps at each of
-    ``lengths`` on at most ``caps[i]`` windows (:func:`catlib.measure.evaluate.cross_entropy`),
-    stored with the run (valid for the weights, the code and the settings)."""
+    ``lengths`` on at most ``caps[i]`` windows (:func:`ladder_scores`)."""
+    return {L: s["ce"] for L, s in ladder_scores(run, model_key, step, corpus, lengths, caps,
+                                                 device).items()}
+
+
+def ladder_scores(run, model_key: str, step: int, corpus, lengths, caps, device=None,
+                  split: str = "val") -> dict:
+    """``{length: {"ce", "se", "windows"}}`` of the weights ``run`` kept after ``step`` steps
+    at each of ``lengths`` on at most ``caps[i]`` windows of the corpus' ``split`` ("val";
+    "train": the first characters of the training split, as many as the validation split
+    holds, so that both read the same number of windows)
+    (:func:`catlib.measure.evaluate.cross_entropy`; ``se``: the standard error from window
+    sampling), stored with the run (valid for the weights, the code and the settings)."""
     from ..measure.evaluate import cross_entropy
     from ..common.provenance import code_fingerprint
     from ..runs import stored_with_run, weights_digest
 
     model = ladder_model(run, step, model_key, device or "cpu")
+    text = corpus.val if split == "val" else corpus.train[:len(corpus.val)]
     ident = {"weights": weights_digest({model_key: model}),
              "code": code_fingerprint() + code_fingerprint(("experiment.ladder",)),
              "step": step, "lengths": list(lengths), "windows": list(caps)}
-    return stored_with_run(run, f"ladder-ce-{step}-{model_key}.json", ident, lambda: {
-        str(L): cross_entropy(model, corpus.val, L, eval_windows=n, device=device)["ce"]
-        for L, n in zip(lengths, caps)})
+    name = f"ladder-ce-{step}-{model_key}.json" if split == "val" else \
+        f"ladder-{split}-ce-{step}-{model_key}.json"
+
+    def score():
+        out = {}
+        for L, n in zip(lengths, caps):
+            found = cross_entropy(model, text, L, eval_windows=n, device=device)
+            out[str(L)] = {k: found[k] for k in ("ce", "se", "windows")}
+        return out
+    return stored_with_run(run, name, ident, score)
 
 
 def step_train_flops(run, model_key: str, step: int) -> tuple[float, float]:
     """``(train FLOPs, seconds)`` of the first ``step`` steps of ``run``'s model (a ladder
     point: its share of the run's counted FLOPs and logged seconds)."""
+    run = point_run(run, step)       # a branch: the trunk's steps before it and its decay
     full = run_compute(run)[model_key]
     per = {int(n): f for n, f in full["flops_per_step"].items()}
     train = [m for m in run.metrics() if m.get("kind") == "train" and m["step"] < step]
@@ -82,13 +117,25 @@ def step_train_flops(run, model_key: str, step: int) -> tuple[float, float]:
     return float(sum(per[n] for n in nfe)), float(sum(m["seconds"] for m in train))
 
 
-def ladder_point(at: list, model_key: str, corpus, lengths, caps, device=None) -> dict:
+def ladder_point(at: list, model_key: str, corpus, lengths, caps, device=None,
+                 train_length: int | None = None) -> dict:
     """One point of a frontier from the weights of several seeds' runs: ``at`` lists
     ``(run, step)``, one per seed. ``{"train_flops", "seconds"}`` (the mean over the seeds of
-    :func:`step_train_flops`) and ``"ce": {"<length>": [CE per seed]}`` (:func:`ladder_ce`).
+    :func:`step_train_flops`), ``"ce": {"<length>": [CE per seed]}``, ``"se"`` (the same,
+    each CE's standard error from window sampling) and ``"windows": {"<length>": n}``
+    (:func:`ladder_scores`); with ``train_length``, ``"train_ce": {"<length>": [...]}``: CE
+    on as many windows of the training split at that length (where a row overfits).
     Chapter 10's frontier and the scale study build their points here."""
     counted = [step_train_flops(run, model_key, step) for run, step in at]
-    ce = [ladder_ce(run, model_key, step, corpus, lengths, caps, device) for run, step in at]
-    return {"train_flops": float(np.mean([c[0] for c in counted])),
-            "seconds": float(np.mean([c[1] for c in counted])),
-            "ce": {str(L): [c[str(L)] for c in ce] for L in lengths}}
+    scores = [ladder_scores(run, model_key, step, corpus, lengths, caps, device) for run, step in at]
+    point = {"train_flops": float(np.mean([c[0] for c in counted])),
+             "seconds": float(np.mean([c[1] for c in counted])),
+             "ce": {str(L): [s[str(L)]["ce"] for s in scores] for L in lengths},
+             "se": {str(L): [s[str(L)]["se"] for s in scores] for L in lengths},
+             "windows": {str(L): scores[0][str(L)]["windows"] for L in lengths}}
+    if train_length is not None:
+        cap = caps[list(lengths).index(train_length)]
+        seen = [ladder_scores(run, model_key, step, corpus, [train_length], [cap], device,
+                              split="train") for run, step in at]
+        point["train_ce"] = {str(train_length): [s[str(train_length)]["ce"] for s in seen]}
+    return point

@@ -115,8 +115,9 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
     ``dropout_in_eval=True`` keeps dropout on, as the published script does; with ``seed``
     its masks are drawn from torch seeded by ``seed`` (reproducible; the global RNG state is
     restored afterwards), otherwise from the global RNG.
-    Returns {"len", "ce", "ppl", "windows", "tokens"}, or {"len", "skipped"} with a reason
-    when the validation split is too short for one window.
+    Returns {"len", "ce", "ppl", "windows", "tokens", "se"} (``se``: the standard error of
+    ``ce`` from window sampling), or {"len", "skipped"} with a reason when the validation
+    split is too short for one window.
     """
     if length < 1 or eval_windows < 1 or batch_tokens < 1:
         raise ValueError(f"length, eval_windows and batch_tokens must be positive, got "
@@ -127,17 +128,23 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
     device = torch.device(device or next(model.parameters()).device)
     x, y = windows(val, length, n)
     per_batch = windows_per_batch(length, batch_tokens)
-    total = 0.0
+    total, per_window = 0.0, []
     with eval_mode(model, dropout_in_eval), torch.inference_mode(), \
             seeded(seed if dropout_in_eval else None, device):
         for i in range(0, n, per_batch):
             xb, yb = x[i:i + per_batch].to(device), y[i:i + per_batch].to(device)
             logits = model(xb)[0]
             logits = _float64(logits.reshape(-1, logits.shape[-1]))
-            total += F.cross_entropy(logits, yb.reshape(-1).to(logits.device),
-                                     reduction="sum").item()
+            target = yb.reshape(-1).to(logits.device)
+            total += F.cross_entropy(logits, target, reduction="sum").item()
+            per_window += F.cross_entropy(logits, target, reduction="none").reshape(
+                len(xb), length).mean(1).tolist()
     ce = total / (n * length)
-    return {"len": length, "ce": ce, "ppl": math.exp(ce), "windows": n, "tokens": n * length}
+    # The window-sampling error of ce: the windows' CEs' standard deviation over sqrt(n)
+    # (0 for one window), what another sample of as many windows could move it by.
+    se = float(torch.tensor(per_window, dtype=torch.float64).std() / math.sqrt(n)) if n > 1 else 0.0
+    return {"len": length, "ce": ce, "ppl": math.exp(ce), "windows": n, "tokens": n * length,
+            "se": se}
 
 
 def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int,

@@ -14,6 +14,9 @@ n block evaluations per layer for the parameters of one, as CAT's RK4 step spend
 ``baseline_loop_scale``: each of the n applications adds 1/n of each sublayer's update
 (:meth:`QKEncoderLayer.forward`), the forward-Euler form of the loop, as CAT's fixed-step
 solvers weigh their evaluations; off, each application adds the full update.
+``baseline_block``: those layers post-norm with ReLU ("post-ln-relu", the default: the
+published baseline's layer) or pre-norm with GELU and a final LayerNorm before the output
+head ("pre-ln-gelu", nanoGPT's block, the one a reader would train today).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .bias import alibi_values, toeplitz_bias
-from .config import CATConfig
+from .config import BASELINE_BLOCKS, CATConfig
 from .qk_attention import QKAttention
 
 # Set by :func:`explicit_encoder` for the calls inside its block (this thread or task only).
@@ -62,18 +65,38 @@ class QKEncoderLayer(nn.Module):
     norm a map of its own, so the n -> infinity limit is an ODE only as far as they stay
     near it. ``step`` = 1 (one application, or the unscaled loop) is the layer exactly: no
     multiplication is made, so the numbers are bitwise the unscaled layer's.
+
+    ``block="pre-ln-gelu"`` (``CATConfig.baseline_block``): the layer a reader would train
+    today (nanoGPT's), pre-norm with a GELU feed-forward (4D hidden), the same modules and
+    parameter names (``norm1``, ``norm2`` normalise each sublayer's input):
+    x = x + drop(attn(norm1(x))); x = x + drop(ff(norm2(x))). Its model adds a final
+    LayerNorm before the output head (:class:`Baseline`'s ``ln_f``). ``step`` scales each
+    update, x = x + step * drop(attn(norm1(x))) etc.: with n shared applications of size
+    1/n this is forward Euler on depth for h' = u(h) itself, nothing projecting the state
+    between steps (the residual stream is not normalised); ``step`` = 1 multiplies nothing.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, rotary: bool):
+    def __init__(self, d_model: int, n_heads: int, dropout: float, rotary: bool,
+                 block: str = "post-ln-relu"):
         super().__init__()
+        if block not in BASELINE_BLOCKS:
+            raise ValueError(f"block must be one of {list(BASELINE_BLOCKS)}, got {block!r}")
+        self.pre_norm = block == "pre-ln-gelu"
         self.self_attn = QKAttention(d_model, n_heads, dropout, rotary=rotary)
-        self.ff = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Dropout(dropout),
+        act = nn.GELU() if self.pre_norm else nn.ReLU()
+        self.ff = nn.Sequential(nn.Linear(d_model, 4 * d_model), act, nn.Dropout(dropout),
                                 nn.Linear(4 * d_model, d_model))
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None,
                 step: float = 1.0) -> torch.Tensor:
+        if self.pre_norm:
+            if step == 1.0:
+                x = x + self.drop1(self.self_attn(self.norm1(x), bias))
+                return x + self.drop2(self.ff(self.norm2(x)))
+            x = x + step * self.drop1(self.self_attn(self.norm1(x), bias))
+            return x + step * self.drop2(self.ff(self.norm2(x)))
         if step == 1.0:
             x = self.norm1(x + self.drop1(self.self_attn(x, bias)))
             return self.norm2(x + self.drop2(self.ff(x)))
@@ -102,8 +125,12 @@ class Baseline(nn.Module):
                                              enable_nested_tensor=False)
         else:
             rotary = cfg.baseline_positions == "rope"
-            self.layers = nn.ModuleList(QKEncoderLayer(d, cfg.n_heads, cfg.dropout, rotary)
+            self.layers = nn.ModuleList(QKEncoderLayer(d, cfg.n_heads, cfg.dropout, rotary,
+                                                       cfg.baseline_block)
                                         for _ in range(cfg.blocks))
+            if cfg.baseline_block == "pre-ln-gelu":
+                # nanoGPT's ln_f (no random init: the other weights are drawn as without it).
+                self.ln_f = nn.LayerNorm(d)
         self.proj = nn.Linear(d, cfg.vocab_size)
         self.drop = nn.Dropout(cfg.dropout) if cfg.logit_dropout else nn.Identity()
 
@@ -142,6 +169,8 @@ class Baseline(nn.Module):
         for layer in self.layers:
             for _ in range(loops):   # weight-tied repeats (1: none)
                 x = layer(x, bias, step)
+        if self.config.baseline_block == "pre-ln-gelu":
+            x = self.ln_f(x)
         logits = self.drop(self.proj(x))
         return logits, logits.new_zeros(())
 

@@ -28,6 +28,9 @@ FIXED_STEP_SOLVERS = ("rk4-classic", "midpoint", "euler")   # their step count i
 PENALTIES = ("published", "exact")
 # How the baseline sees positions: added sinusoids, rotary q/k (RoPE) or an ALiBi score bias.
 BASELINE_POSITIONS = ("sinusoidal", "rope", "alibi")
+# The RoPE/ALiBi baseline's layer: post-norm with ReLU (nn.TransformerEncoderLayer's, the
+# published baseline's; the default) or pre-norm with GELU and a final LayerNorm (nanoGPT's).
+BASELINE_BLOCKS = ("post-ln-relu", "pre-ln-gelu")
 # CAT's kernel: on positions rescaled to [0, 1] (published), on token distances
 # (relative; see catlib.nn.relative), or as the positional bias of query-key attention
 # (content; see catlib.nn.content); or that bias as a decaying prior, ALiBi's or KERPLE's,
@@ -99,6 +102,7 @@ class CATConfig:
     baseline_loop_scale: bool = False  # looped baseline: each application adds 1/loops of the update
     far_heads: int = 0              # prior kernels: heads without a prior, scores log-length scaled
     attention_residual: bool = False  # the block's dynamics add the attention's output itself
+    baseline_block: str = "post-ln-relu"  # RoPE/ALiBi baseline's layer: BASELINE_BLOCKS
 
     def __post_init__(self) -> None:
         if isinstance(self.train_solver_steps, list):   # from JSON or the command line
@@ -147,6 +151,12 @@ class CATConfig:
             raise ValueError("baseline_loop_scale scales the updates of the looped RoPE or ALiBi "
                              "baseline's layers (the sinusoidal baseline has no loop); set "
                              "baseline_positions='rope' or 'alibi' with baseline_loops > 1")
+        _choice("baseline_block", self.baseline_block, BASELINE_BLOCKS)
+        if self.baseline_block != "post-ln-relu" and self.baseline_positions == "sinusoidal":
+            raise ValueError(f"baseline_block={self.baseline_block!r} is a layer of the RoPE or "
+                             f"ALiBi baseline (the sinusoidal baseline is PyTorch's "
+                             f"nn.TransformerEncoder, post-ln-relu); set baseline_positions="
+                             f"'rope' or 'alibi', or baseline_block='post-ln-relu'")
         self._validate_train_solver_steps()
 
     def _validate_train_solver_steps(self) -> None:
@@ -236,16 +246,19 @@ class CATConfig:
 
     def to_dict(self) -> dict:
         """The fields as JSON values (``train_solver_steps`` a list). ``train_solver_steps``
-        (None), ``far_heads`` (0) and ``attention_residual`` (False) are left out at their
-        defaults, so that a config that does not use them writes the dict it wrote before
-        they existed; ``baseline_loop_scale`` is always written, so its arrival changed the
-        dict of every config (``CATConfig(variant="causal")`` included). A run's config hash
+        (None), ``far_heads`` (0), ``attention_residual`` (False) and ``baseline_block``
+        ("post-ln-relu") are left out at their defaults, so that a config that does not use
+        them writes the dict it wrote before they existed; ``baseline_loop_scale`` is always
+        written, so its arrival changed the dict of every config
+        (``CATConfig(variant="causal")`` included). A run's config hash
         also holds the code fingerprint, which changed with each of these fields anyway:
         no run of earlier code is reused either way."""
         data = dataclasses.asdict(self)
         for name in ("far_heads", "attention_residual"):   # at their defaults: left out
             if not data[name]:
                 del data[name]
+        if data["baseline_block"] == "post-ln-relu":        # at its default: left out
+            del data["baseline_block"]
         if data["train_solver_steps"] is None:
             del data["train_solver_steps"]
         else:

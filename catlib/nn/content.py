@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from .bases import kernel_basis_name
 from .bias import causal_toeplitz
 from .kernel import SpectralKernel1D
-from .plan import ScoreBiasPlan, plan_target
+from .plan import GeometryCache, ScoreBiasPlan, cache_key, kernel_at, plan_target
 from .qk_attention import QKAttention
 
 # Kernel values computed at once when evaluating the content bias point by point
@@ -65,6 +65,9 @@ class ContentAttention(nn.Module):
         self.kernel_scale, self.kernel_horizon = float(kernel_scale), float(kernel_horizon)
         self.kernels = SpectralKernel1D(n_heads, n_freq, self.basis_name, penalty)
         self.drop = nn.Dropout(dropout) if dropout_in_dynamics else nn.Identity()
+        # The kernel's basis at the Toeplitz distances and at the grid (kernel_at): they
+        # depend on (rows, device, dtype, kernel_scale, kernel_horizon, bias_grid) only.
+        self._cache = GeometryCache()
 
     # Grid of k for the bias rows beyond the horizon (None: point by point, the reference).
     bias_grid: int | None = BIAS_GRID
@@ -94,8 +97,12 @@ class ContentAttention(nn.Module):
         device, dtype = plan_target(self, length, device, dtype, ref=self.kernels.coeffs)
         # Rows i <= D: t = u(i - j), one vector read at i - j (all rows at training lengths).
         n0 = min(length, math.floor(self.kernel_horizon) + 1)
-        pos = torch.arange(n0, device=device)
-        kvec = self.kernels(self.positions(pos[-1:], n0, dtype)[0].flip(0))         # [h, n0], at d
+        def distances() -> torch.Tensor:   # u(d), d = 0..n0-1: no parameter, so its basis cached
+            pos = torch.arange(n0, device=device)
+            return self.positions(pos[-1:], n0, dtype)[0].flip(0)
+        kvec = kernel_at(self.kernels, self._cache, cache_key(
+            n0, device, dtype, "toeplitz", self.kernel_scale, self.kernel_horizon),
+            distances)                                                              # [h, n0], at d
         toeplitz = causal_toeplitz(kvec)                                            # [h, n0, n0]
         if n0 == length:
             return ScoreBiasPlan(length, toeplitz)
@@ -137,8 +144,9 @@ class ContentAttention(nn.Module):
         h, length = bias.shape[0], bias.shape[-1]
         device, dtype = bias.device, bias.dtype
         g = self.bias_grid
-        nodes = torch.arange(g, device=device, dtype=dtype) / (g - 1)                # exact
-        table = self.kernels(nodes)[None, :, None, :]                                # [1, h, 1, G]
+        table = kernel_at(self.kernels, self._cache, cache_key(g, device, dtype, "grid"),
+                          lambda: torch.arange(g, device=device, dtype=dtype) / (g - 1)  # exact
+                          )[None, :, None, :]                                        # [1, h, 1, G]
         psi = torch.log1p(torch.arange(length, device=device, dtype=dtype) / self.kernel_scale)
         # window m = rev[m : m + T], rev = psi(T-1), ..., psi(0), 0, ...: row i is window
         # T - 1 - i, i.e. psi(i - j) for j <= i and 0 beyond.

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from .bias import alibi_slopes, toeplitz_bias
 from .kernel import SpectralKernel1D
-from .plan import ScoreBiasPlan, plan_target
+from .plan import GeometryCache, ScoreBiasPlan, basis_cache_enabled, cache_key, plan_target
 from .qk_attention import QKAttention
 
 PRIORS = ("alibi", "kerple")
@@ -94,6 +94,9 @@ class DecayPriorKernel(nn.Module):
             self.residual = SpectralKernel1D(n_heads, n_freq, "cosine", penalty)
             with torch.no_grad():
                 self.residual.coeffs.zero_()
+        # What :meth:`at_distances` reads that no parameter changes: d, u_T(d), its mask and
+        # the residual's basis at u_T(d) and at 1, per (T, device, dtype, scale, T_train).
+        self._cache = GeometryCache()
 
     def u(self, d: torch.Tensor) -> torch.Tensor:
         """u_T(d) in [0, 1], 1 from d = T_train - 1 on; ``d`` float, any shape."""
@@ -142,6 +145,35 @@ class DecayPriorKernel(nn.Module):
     def forward(self, d: torch.Tensor) -> torch.Tensor:
         return self.prior(d) + self.residual_at(d)
 
+    def at_distances(self, length: int, device, dtype) -> torch.Tensor:
+        """``self(d)`` at d = 0..T-1, ``[h, T]`` (``d`` made as ``arange(T).to(dtype)``), with
+        what depends on no parameter kept in the geometry cache: d, u_T(d), where u_T(d) = 1,
+        and the residual's basis at u_T(d) and at 1. The parameters' operations are those of
+        :meth:`forward`, so the numbers are its own bit for bit. Under
+        ``basis_cache(False)``: :meth:`forward` itself, everything evaluated every time."""
+        if not basis_cache_enabled():
+            return self(torch.arange(length, device=device).to(dtype))
+        key = cache_key(length, device, dtype, self.scale, self.train_length,
+                        None if self.residual is None else (self.residual.basis,
+                                                            self.residual.n_freq))
+        geo = self._cache.get(key, lambda: self._distance_geometry(length, device, dtype))
+        d = geo["d"]
+        if self.residual is None:
+            return self.prior(d) + d.new_zeros(self.n_heads, d.numel())
+        r = self.residual
+        anchored = r.from_basis(geo["phi_u"], d.shape) - r.from_basis(geo["phi_one"], (1,))
+        return self.prior(d) + anchored.masked_fill(geo["beyond"], 0.0)
+
+    def _distance_geometry(self, length: int, device, dtype) -> dict:
+        """The parameter-free entry of :meth:`at_distances` (built by the cache: no grad)."""
+        d = torch.arange(length, device=device).to(dtype)
+        geo = {"d": d}
+        if self.residual is not None:
+            u = self.u(d)
+            geo.update(beyond=u >= 1.0, phi_u=self.residual.basis_values(u),
+                       phi_one=self.residual.basis_values(u.new_ones(1)))
+        return geo
+
     def sobolev_penalty(self) -> torch.Tensor:
         if self.residual is None:
             return self.slopes.new_zeros(())
@@ -176,8 +208,7 @@ class DecayPriorAttention(nn.Module):
     def plan(self, length: int, device=None, dtype=None) -> ScoreBiasPlan:
         """The bias for sequences of ``length`` T: one Toeplitz ``[h, T, T]``, causal."""
         device, dtype = plan_target(self.qk, length, device, dtype)
-        d = torch.arange(length, device=device).to(dtype)
-        bias = toeplitz_bias(self.kernels(d))                                  # b_h(i - j)
+        bias = toeplitz_bias(self.kernels.at_distances(length, device, dtype))  # b_h(i - j)
         return ScoreBiasPlan(length, bias.masked, self.kernels.query_scale(length, device, dtype),
                              bias.keys_reversed)
 

@@ -199,11 +199,25 @@ class SpectralKernel1D(nn.Module):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         """``u`` of any shape S (in the coefficients' dtype) -> ``[h, *S]``, the basis from
-        its recurrence (:func:`~catlib.nn.bases.basis_recurrence`)."""
+        its recurrence (:func:`~catlib.nn.bases.basis_recurrence`):
+        ``from_basis(basis_values(u), u.shape)``."""
+        return self.from_basis(self.basis_values(u), u.shape)
+
+    def basis_values(self, u: torch.Tensor) -> torch.Tensor:
+        """The parameter-free part of :meth:`forward`: the unscaled basis ``[n, |S|]`` at
+        ``u`` (any shape S), which depends on ``u``, ``basis`` and ``n_freq`` only (no
+        gradient: positions carry none). A plan may keep it for its ``u`` (the geometry
+        cache, :func:`~catlib.nn.plan.kernel_at`): it is then a constant that nothing
+        writes into (:meth:`from_basis` only reads it)."""
         flat = u.detach().reshape(-1)          # positions carry no gradient
-        phi = basis_recurrence(self.basis, flat, self.n_freq)                    # [n, |S|]
-        k = ((self.coeffs / math.sqrt(self.n_freq)) @ phi).reshape(-1, *u.shape)
-        return F.softplus(self.log_scale).reshape(-1, *([1] * u.dim())) * k
+        return basis_recurrence(self.basis, flat, self.n_freq)                   # [n, |S|]
+
+    def from_basis(self, phi: torch.Tensor, shape) -> torch.Tensor:
+        """The kernel ``[h, *shape]`` from :meth:`basis_values` ``phi [n, |S|]`` of points of
+        ``shape`` S: the part of :meth:`forward` that reads the parameters (the very same
+        operations, so the same numbers bit for bit)."""
+        k = ((self.coeffs / math.sqrt(self.n_freq)) @ phi).reshape(-1, *shape)
+        return F.softplus(self.log_scale).reshape(-1, *([1] * len(shape))) * k
 
     def curvature_bound(self) -> torch.Tensor:
         """An upper bound of max_u |k_h''(u)| per head, ``[h]``: s_h / sqrt(n) * sum_k

@@ -12,13 +12,15 @@ Here, once for all operators:
   dtype defaulted from the module's parameters;
 - :class:`GeometryCache`, the one cache of what a plan reads that depends on (T, device,
   dtype) but on no parameter (basis values, stencils, bin widths), with the inference-mode
-  rule in one place;
+  rule in one place; :func:`kernel_at`, a 1-D spectral kernel at parameter-free points
+  with its basis kept there (:func:`basis_cache` switches that off, for comparisons);
 - :func:`~catlib.nn.bias.causal_toeplitz` (in :mod:`.bias`), the one builder of a distance bias ``[h, T, T]`` from its values
   at distances 0..T-1 (ALiBi, the decay prior, the content kernel's rows within its horizon);
 - :class:`ScoreBiasPlan`, the plan of the operators that act on query-key scores.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -111,3 +113,52 @@ class GeometryCache:
 def cache_key(length: int, device, dtype, *extra) -> tuple:
     """The key of a :class:`GeometryCache` entry (``device`` normalised: "cpu" == cpu)."""
     return (length, torch.device(device), dtype, *extra)
+
+
+# Whether plans keep the basis values of their 1-D spectral kernels (a recurrence of about
+# 3n small operations per evaluation, on points that depend on no parameter) in their
+# GeometryCache. ``basis_cache(False)`` evaluates them in every plan, as the code before
+# the cache did: the same operations on the same values, so the same numbers bit for bit.
+_BASIS_CACHE = True
+
+
+@contextlib.contextmanager
+def basis_cache(enabled: bool = True):
+    """Within the block, plans keep their kernels' basis values (``enabled``, the default
+    outside any block) or evaluate them every time (``False``); restored on exit. The
+    numbers are the same either way: this is for measuring and testing the cache."""
+    global _BASIS_CACHE
+    saved, _BASIS_CACHE = _BASIS_CACHE, bool(enabled)
+    try:
+        yield
+    finally:
+        _BASIS_CACHE = saved
+
+
+def basis_cache_enabled() -> bool:
+    """Whether plans keep their kernels' basis values now (see :func:`basis_cache`)."""
+    return _BASIS_CACHE
+
+
+def kernel_at(kernel: nn.Module, cache: GeometryCache, key: tuple,
+              points: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``kernel(points())``, ``[h, *S]``, for a :class:`~catlib.nn.kernel.SpectralKernel1D`
+    ``kernel`` at points ``[*S]`` that depend on no parameter, with the basis at them
+    (:meth:`~catlib.nn.kernel.SpectralKernel1D.basis_values`) kept in ``cache``.
+
+    ``key``: a :func:`cache_key` that determines the points (length, device, dtype and
+    whatever else ``points`` reads); the kernel's basis and n_freq are added here. The
+    entry holds the basis as a constant (built without grad, inference mode off): the
+    gradient reaches the coefficients through
+    :meth:`~catlib.nn.kernel.SpectralKernel1D.from_basis`, which only reads it. Under
+    ``basis_cache(False)``: ``kernel(points())`` itself, evaluated every time.
+    """
+    if not _BASIS_CACHE:
+        return kernel(points())
+
+    def build() -> dict:
+        u = points()
+        return {"phi": kernel.basis_values(u), "shape": tuple(u.shape)}
+
+    entry = cache.get(key + (kernel.basis, kernel.n_freq), build)
+    return kernel.from_basis(entry["phi"], entry["shape"])

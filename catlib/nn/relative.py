@@ -34,7 +34,7 @@ import torch.nn as nn
 from .bases import kernel_basis_name
 from .distance_map import graded_bins
 from .kernel import SpectralKernel1D
-from .plan import GeometryCache, Plan, cache_key, plan_target
+from .plan import GeometryCache, Plan, cache_key, kernel_at, plan_target
 
 # Up to this length the relative operator mixes with one dense [h, T, T] matrix
 # (32 MB at T = 1024, h = 8); beyond it, with Q shifted prefix sums, linear in T.
@@ -142,7 +142,10 @@ class RelativeAttention(nn.Module):
         """Per-token bin weights for sequences of ``length`` T; computed once per solve."""
         device, dtype = plan_target(self, length, device, dtype, ref=self.kernels.coeffs)
         geo = self._geometry(length, device, dtype)
-        k = self.kernels(geo["nodes"])                                              # [h, Q]
+        # The basis at the Q nodes, the same at every T: one entry per (device, dtype).
+        k = kernel_at(self.kernels, self._cache, cache_key(len(self.nodes), device, dtype,
+                                                           "basis at the nodes"),
+                      lambda: geo["nodes"])                                         # [h, Q]
         c = torch.softmax(k[:, None, :] + geo["log_w"], dim=-1)                     # [h, T, Q]
         weights = c / geo["width"].clamp(min=1)                                     # per token
         plan = RelativePlan(length, weights, self.starts, self.stops)

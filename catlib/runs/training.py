@@ -15,6 +15,7 @@ with a RunError naming the file, and nothing is overwritten.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import json
@@ -32,7 +33,7 @@ from ..measure.config import EvalConfig
 from ..measure.evaluate import check_settings
 from ..nn.config import CATConfig
 from ..common.provenance import code_fingerprint, environment, fingerprint_files
-from ..training.loop import NonFiniteLoss, SideBySide, TrainConfig, train_loop
+from ..training.loop import NonFiniteLoss, SideBySide, TrainConfig, branch_step, train_loop
 from .errors import RunError, RunInterrupted, StorageError, TrainingFailed
 from .evaluation import _stored_eval, eval_settings, evaluate_run
 from .faults import _fault_point
@@ -50,7 +51,8 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
               dropout_in_eval: bool | None = None, batch_tokens: int | None = None,
               evaluate: bool = True, progress: bool = True,
               echo: Callable[[str], None] | None = print,
-              on_step: Callable[[dict], None] | None = None) -> Run | None:
+              on_step: Callable[[dict], None] | None = None,
+              start_from=None) -> Run | None:
     """Train (or reuse, or resume) a side-by-side run in ``root/name`` and evaluate it.
 
     ``root``, ``name``: the run directory (``name`` defaults to ``<variant>-<config
@@ -61,7 +63,11 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
     ``lengths``, ``eval_windows``, ``dropout_in_eval``, ``batch_tokens`` given replacing
     its field; ``evaluate=False`` skips it. ``progress`` draws a progress bar,
     ``echo`` prints the published progress line, ``on_step(metrics)`` is called after
-    every step. Errors: see :func:`_train_run`.
+    every step. ``start_from``: a branch file of a longer run of the same model and recipe
+    (``TrainConfig.branches``): a new run starts from its state instead of from step 0 (the
+    very state this run would reach by itself: its steps before its decay are the longer
+    run's), its metrics included; an existing run resumes or is reused as ever. Errors: see
+    :func:`_train_run`.
 
     Under torchrun (:mod:`catlib.training.distributed`) rank 0 does all of :func:`_train_run` and
     tells the other ranks, once the run directory is ready, to train beside it (from its
@@ -72,11 +78,14 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
         batch_tokens=batch_tokens)
     options = dict(root=root, name=name, device=device, data=data, retrain=retrain,
                    evaluation=evaluation, evaluate=evaluate, progress=progress, echo=echo,
-                   on_step=on_step)
+                   on_step=on_step, start_from=start_from)
     try:
         distributed.check_batch(train_config.batch)
     except ValueError as e:
         raise RunError(str(e)) from None
+    if train_config.branches and distributed.active():
+        raise RunError("a run with branches (TrainConfig.branches) trains in one process; "
+                       "run it without torchrun")
     if not distributed.is_main():
         return _follow(model_config, train_config, **options)
     gate = distributed.Gate()
@@ -86,14 +95,24 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
         gate.refuse(e)  # before training only: then the other ranks raise it too
         raise
     gate.open({"action": "done"})
+    for steps in train_config.branches:   # each shorter run, from this one's state
+        short = dataclasses.replace(train_config, train_steps=steps, branches=(), checkpoints=())
+        train_run(model_config, short, root=run.path.parent, name=branch_name(run.path.name, steps),
+                  device=device, data=data, retrain=retrain, evaluate=False, progress=progress,
+                  echo=echo, on_step=on_step, start_from=run.path / branch_file(steps))
     return run
+
+
+def branch_name(trunk: str, steps: int) -> str:
+    """The directory name of the run of ``steps`` branched from the run named ``trunk``."""
+    return f"{trunk}-to-{steps}"
 
 
 def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name: str | None,
                device, data, retrain: bool, evaluation: EvalConfig, evaluate: bool,
                progress: bool,
                echo: Callable[[str], None] | None, on_step: Callable[[dict], None] | None,
-               ready: Callable[[dict], None] = lambda info: None) -> Run:
+               start_from=None, ready: Callable[[dict], None] = lambda info: None) -> Run:
     """Train (or reuse, or resume) a side-by-side run in ``root/name`` and evaluate it; the
     options and their defaults are :func:`train_run`'s, which passes every one.
 
@@ -137,8 +156,16 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name
         resume = not retrain and status not in ("new", "starting")
         trainer = SideBySide(model_config, train_config, corpus.train, dev)
         kept = _resume_state(run, trainer, status) if resume else None
+        branch = (_branch_state(start_from, model_config, train_config)
+                  if start_from is not None and not resume else None)
+        if branch is not None:
+            trainer.load_state_dict(branch["trainer"])
+            kept = branch["metrics"]
+            run.set_status("starting", 0)   # until the checkpoint below: a crash starts afresh
         # 4. Writing starts (see _start_session); then the training session.
         _start_session(run, trainer, kept, dev, say)
+        if branch is not None:
+            _save_checkpoint(run, trainer)
         last_good = trainer.step
         run.set_status("running", trainer.step)
         ready({"action": "train", "path": str(path)})  # checkpoint.pt holds trainer's state
@@ -319,14 +346,21 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
     """The training session of :func:`train_run`: metrics, checkpoints, final weights, status."""
     path, tc = run.path, trainer.tc
     log = _MetricsLog(path / "metrics.jsonl")
-    ladder_at = None  # the step whose ladder files this session has written
+    ladder_at = None  # the step whose ladder and branch files this session has written
+    branch_at = {branch_step(n, tc.decay_share): n for n in tc.branches}
 
     def ladder() -> None:
-        """At a ladder point, the weights after this step, once per step."""
+        """At a ladder point, the weights after this step; where a shorter run branches,
+        the training state after this step (:func:`_save_branch`); once per step."""
         nonlocal ladder_at
-        if trainer.step in tc.checkpoints and trainer.step != ladder_at:
+        if trainer.step == ladder_at:
+            return
+        if trainer.step in tc.checkpoints:
             _save_ladder(run, trainer)
-            ladder_at = trainer.step
+        if trainer.step in branch_at:
+            log.sync()
+            _save_branch(run, trainer, branch_at[trainer.step])
+        ladder_at = trainer.step
 
     def checkpoint() -> None:
         nonlocal last_good
@@ -346,7 +380,8 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
         # A run resumed from a ladder step's checkpoint that older code wrote before the
         # step's ladder files, then was cut: the weights just restored are that step's.
         if trainer.step in tc.checkpoints and not all(
-                (path / ladder_file(trainer.step, m)).exists() for m in tc.models):
+                (path / ladder_file(trainer.step, m)).exists() for m in tc.models) or (
+                trainer.step in branch_at and not (path / branch_file(branch_at[trainer.step])).exists()):
             ladder()
         reason = train_loop(trainer, val_ids=corpus.val, log=log.write, checkpoint=checkpoint,
                             echo=echo, progress=progress, on_step=step_done)
@@ -386,6 +421,48 @@ def _save_ladder(run: Run, trainer: SideBySide) -> None:
         model = trainer.cat if m == "cat" else trainer.base
         atomic_save({"config_hash": run.hash, "config": run.config["model"], "step": trainer.step,
                      "state_dict": model.state_dict()}, run.path / ladder_file(trainer.step, m))
+
+
+def branch_file(train_steps: int) -> str:
+    """The file of the state a run of ``train_steps`` branches from (``TrainConfig.branches``)."""
+    return f"branch-{train_steps}.pt"
+
+
+def _save_branch(run: Run, trainer: SideBySide, train_steps: int) -> None:
+    """The training state after ``trainer.step`` steps and the metrics of those steps: where
+    a run of ``train_steps`` with this recipe starts its decay (:func:`train_run`'s
+    ``start_from``)."""
+    kept = [m for m in run.metrics() if m.get("step", -1) < trainer.step]
+    atomic_save({"config_hash": run.hash, "step": trainer.step, "train_steps": train_steps,
+                 "model": run.config["model"], "recipe": _recipe(trainer.tc),
+                 "trainer": trainer.state_dict(), "metrics": kept},
+                run.path / branch_file(train_steps))
+
+
+def _recipe(tc: TrainConfig) -> dict:
+    """What a run and the run it branches from must share: every field of the training's
+    identity but its length and the files it keeps."""
+    return {k: v for k, v in tc.identity().items()
+            if k not in ("train_steps", "checkpoints", "branches")}
+
+
+def _branch_state(start_from, model_config: CATConfig, train_config: TrainConfig) -> dict:
+    """The branch file ``start_from`` (:func:`_save_branch`), checked to be the start of a
+    run of ``model_config`` and ``train_config``: RunError naming what differs."""
+    path = Path(start_from)
+    if not path.is_file():
+        raise RunError(f"{path} does not exist: train the longer run first (its "
+                       f"TrainConfig.branches must list {train_config.train_steps})")
+    state = load_checkpoint(path)
+    if not isinstance(state, dict) or "trainer" not in state:
+        raise RunError(f"{path} is not a branch file")
+    if state.get("train_steps") != train_config.train_steps:
+        raise RunError(f"{path} starts a run of {state.get('train_steps')} steps, not "
+                       f"{train_config.train_steps}")
+    if state.get("model") != model_config.to_dict() or state.get("recipe") != _recipe(train_config):
+        raise RunError(f"{path} was written by a run of another model or recipe; a run branches "
+                       "only from a longer run of its own model and recipe")
+    return state
 
 
 def _finish(run: Run, trainer: SideBySide, reason: str) -> None:

@@ -83,6 +83,19 @@ class TrainConfig:
     repeat_share: float = 0.0   # share of each batch made of a repeated passage (BatchSampler)
     repeat_periods: tuple[int, int] | None = None  # (lo, hi): the passage lengths drawn
     checkpoints: tuple[int, ...] = ()   # steps after which the weights are also kept (a ladder)
+    # The learning-rate recipe (:func:`learning_rate`): "constant" (the published loop) or
+    # "wsd": linear warm-up over ``warmup`` steps, the constant rate, then a linear decay
+    # to zero over the last ``decay_share`` of the run.
+    schedule: str = "constant"
+    warmup: int = 0
+    decay_share: float = 0.0
+    # The Sobolev weight's schedule runs over this many steps (:func:`penalty_weight`);
+    # None: the run's own ``train_steps`` (published), so that a run's first n steps depend
+    # on its length; a number puts it on absolute steps, the same for every length.
+    penalty_horizon: int | None = None
+    # Shorter runs branched from this one (``branch-<steps>.pt``, :func:`branch_step`):
+    # the training state where a run of that many steps starts its decay.
+    branches: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.models, (list, str)):  # from JSON, or a single name
@@ -91,6 +104,8 @@ class TrainConfig:
             self.repeat_periods = tuple(self.repeat_periods)
         if isinstance(self.checkpoints, list):  # from JSON
             self.checkpoints = tuple(self.checkpoints)
+        if isinstance(self.branches, list):  # from JSON
+            self.branches = tuple(self.branches)
 
     def validate(self, n_train: int | None = None, causal: bool | None = None) -> None:
         """Raise ValueError naming the field, the bad value and what is allowed.
@@ -127,6 +142,36 @@ class TrainConfig:
                for n in self.checkpoints):
             raise ValueError(f"checkpoints must be steps from 1 to train_steps "
                              f"({self.train_steps}), got {list(self.checkpoints)!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
+        if not isinstance(self.warmup, int) or isinstance(self.warmup, bool) or self.warmup < 0:
+            raise ValueError(f"warmup must be an integer >= 0 (steps), got {self.warmup!r}")
+        if not (isinstance(self.decay_share, (int, float)) and 0 <= self.decay_share <= 1):
+            raise ValueError(f"decay_share must be a number from 0 to 1, got {self.decay_share!r}")
+        if self.schedule == "constant" and (self.warmup or self.decay_share):
+            raise ValueError("warmup and decay_share belong to schedule='wsd'; the constant "
+                             "schedule has neither (set schedule='wsd', or leave them 0)")
+        if self.schedule == "wsd" and self.warmup > decay_start(self.train_steps, self.decay_share):
+            raise ValueError(f"warmup ({self.warmup} steps) must end before the decay starts "
+                             f"(step {decay_start(self.train_steps, self.decay_share)} of "
+                             f"{self.train_steps}); use fewer warm-up steps or a smaller decay_share")
+        if self.penalty_horizon is not None and (
+                not isinstance(self.penalty_horizon, int) or isinstance(self.penalty_horizon, bool)
+                or self.penalty_horizon < 1):
+            raise ValueError(f"penalty_horizon must be a positive integer (steps) or None, "
+                             f"got {self.penalty_horizon!r}")
+        bad = [n for n in self.branches if not isinstance(n, int) or isinstance(n, bool)
+               or not 1 <= n < self.train_steps]
+        if bad or (self.branches and self.schedule != "wsd"):
+            raise ValueError(f"branches must be run lengths from 1 to train_steps - 1 "
+                             f"({self.train_steps - 1}) of a schedule='wsd' run, got "
+                             f"{list(self.branches)!r}")
+        late = [n for n in self.branches
+                if not max(1, self.warmup) <= branch_step(n, self.decay_share)
+                <= decay_start(self.train_steps, self.decay_share)]
+        if late:
+            raise ValueError(f"branches {late}: a branch must start its decay after the warm-up "
+                             f"({self.warmup} steps) and before this run's own decay")
         if self.budget is not None and not self.budget > 0:
             raise ValueError(f"budget must be a positive number of seconds, got {self.budget!r}")
         if causal is False and "cat" in self.models and self.seq < 2:
@@ -153,6 +198,12 @@ class TrainConfig:
             ident["repeat"] = [self.repeat_share, list(self.repeat_periods)]
         if self.checkpoints:                    # none kept: earlier runs' identity
             ident["checkpoints"] = sorted(self.checkpoints)
+        if self.schedule != "constant":         # constant: earlier runs' identity
+            ident.update(schedule=self.schedule, warmup=self.warmup, decay_share=self.decay_share)
+        if self.penalty_horizon is not None:
+            ident["penalty_horizon"] = self.penalty_horizon
+        if self.branches:
+            ident["branches"] = sorted(self.branches)
         return ident
 
     def to_dict(self) -> dict:
@@ -192,9 +243,44 @@ def make_deterministic() -> None:
 
 
 def penalty_weight(step: int, train_steps: int, sob_lambda: float, once: bool) -> float:
-    """Weight of the returned penalty at 0-based ``step`` (see the module docstring)."""
+    """Weight of the returned penalty at 0-based ``step`` (see the module docstring);
+    ``train_steps``: the steps its schedule runs over (``TrainConfig.penalty_horizon``, or
+    the run's length)."""
     schedule = max(0.2, 1.0 - step / train_steps)
     return schedule if once else sob_lambda * schedule
+
+
+SCHEDULES = ("constant", "wsd")
+
+
+def decay_start(train_steps: int, decay_share: float) -> int:
+    """The first step (0-based) of a "wsd" run's decay: its last ``decay_share`` of
+    ``train_steps`` decays (at least one step where the share is not 0)."""
+    n = round(decay_share * train_steps)
+    return train_steps - (max(1, n) if decay_share else 0)
+
+
+def branch_step(train_steps: int, decay_share: float) -> int:
+    """The steps a run of ``train_steps`` shares with any longer run of the same "wsd"
+    recipe: those before its decay (:func:`decay_start`). A shorter run branched from a
+    longer one starts from the longer run's state after this many steps."""
+    return decay_start(train_steps, decay_share)
+
+
+def learning_rate(step: int, tc: TrainConfig) -> float:
+    """The learning rate of 0-based ``step``: ``tc.lr`` (constant), or for "wsd" ``lr (step +
+    1) / warmup`` during the warm-up, ``lr`` until :func:`decay_start`, then ``lr (n -
+    step) / d`` over the last d steps of n, down to lr / d at the last step (the rate a
+    step would take after the run is 0). The warm-up and the constant part do not depend
+    on the run's length, so a shorter run is a longer one's prefix up to its decay."""
+    if tc.schedule == "constant":
+        return tc.lr
+    if step < tc.warmup:
+        return tc.lr * (step + 1) / tc.warmup
+    start = decay_start(tc.train_steps, tc.decay_share)
+    if step < start:
+        return tc.lr
+    return tc.lr * (tc.train_steps - step) / (tc.train_steps - start)
 
 
 def drawn_solver_steps(counts: tuple[int, ...], seed: int, step: int) -> int:
@@ -295,12 +381,19 @@ class SideBySide:
         t0 = time.perf_counter()
         s, tc = self.step, self.tc
         batch = self.sampler()  # x, y [B, seq]: the global batch (the same on every rank)
-        x, y = (distributed.shard(t).to(self.device) for t in batch)  # this rank's rows
+        if getattr(self, "_inputs", None) is None:   # made at the first step
+            from .transfer import DeviceInputs
+            # CUDA: pinned host buffers and device buffers, reused, copies not blocking the
+            # host; elsewhere t.to(device), a no-op on the CPU (catlib.training.transfer).
+            self._inputs = DeviceInputs(self.device)
+        x, y = self._inputs(distributed.shard(t) for t in batch)  # this rank's rows
         m = {"kind": "train", "step": s}
         losses = {}  # name -> 0-d tensor, still on the device: read once, below
         if self.cat is not None:
-            self.cat.train()
-            w = penalty_weight(s, tc.train_steps, self.config.sob_lambda, self.config.penalty_once)
+            if not self.cat.training:   # train() walks every submodule: only on a change
+                self.cat.train()
+            w = penalty_weight(s, tc.penalty_horizon or tc.train_steps, self.config.sob_lambda,
+                               self.config.penalty_once)
             counts = self.config.train_solver_steps   # None: the model's own solver_steps
             solver = (contextlib.nullcontext() if counts is None
                       else solved_with(self.cat, steps=drawn_solver_steps(counts, tc.seed, s)))
@@ -308,7 +401,8 @@ class SideBySide:
                 losses["ce"], losses["loss"], losses["penalty"] = self._backward(
                     self.cat, self.opt_cat, x, y, w, "CAT")
         if self.base is not None:
-            self.base.train()
+            if not self.base.training:
+                self.base.train()
             _, losses["base_loss"], _ = self._backward(self.base, self.opt_base, x, y, 0.0,
                                                        "baseline")
         values = _read(losses)   # the step's one host synchronisation: metrics and verdict
@@ -321,13 +415,19 @@ class SideBySide:
             m["base_loss"] = values["base_loss"]
 
         with _defer_sigint():
+            lr = learning_rate(s, tc)
             for opt in (self.opt_cat, self.opt_base):
                 if opt is not None:
+                    if tc.schedule != "constant":   # constant: the published loop, untouched
+                        for group in opt.param_groups:
+                            group["lr"] = lr
                     opt.step()
             self.step += 1
             self._boundary = self._snapshot()
             seconds = time.perf_counter() - t0
             m.update(seconds=seconds, tokens_per_s=batch[0].numel() / seconds)
+            if tc.schedule != "constant":
+                m["lr"] = lr
             if commit:
                 commit(m)  # inside: a Ctrl-C during the update cannot lose this step's record
         return m
