@@ -113,8 +113,8 @@ clean:
 bench: venv
 	$(PY) -m benchmarks.bench
 
-# The scale study (catlib/experiment/scale.py): chapter 10's rows at 1x-8x its budget on the
-# CPU (about 100 minutes on two cores; stopped and started again, it resumes), 1x-16x with
+# The scale study (catlib/experiment/scale.py): chapter 10's rows at 1x-4x its budget on the
+# CPU, three seeds (about an hour on two cores; stopped and started again, it resumes), 1x-16x with
 # every seed on a GPU (make scale DEVICE=cuda). Writes results/scale_<device>.json, which
 # the book reads; `make book` never trains it.
 scale: venv

@@ -13,9 +13,7 @@ Writes ``results/block_probe_cpu.json`` after each run and ``results/block_probe
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +21,10 @@ import torch
 
 from catlib.book.profiles import experiment
 from catlib.common.formatting import md_table
-from catlib.common.provenance import code_fingerprint, environment
 from catlib.data import load_corpus
 from catlib.experiment.rows import AS_STEPS, ROWS, row_configs
-from catlib.measure.evaluate import cross_entropy
-from catlib.runs import atomic_write_text, train_run
+
+from .probes import labelled, record, started, trained_and_scored
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = ("post-ln-relu", "pre-ln-gelu")
@@ -42,9 +39,7 @@ def probe(out: Path, root: Path, plan=PLAN, profile: str = "cpu", steps: int | N
     if steps:
         e = dataclasses.replace(e, train=dataclasses.replace(e.train, train_steps=steps))
     corpus = load_corpus(split="90/10")
-    found = {"runs": [], "provenance": {**environment(("torch",), torch.device("cpu")),
-                                        "profile": profile, "code": code_fingerprint(),
-                                        "written_by": "python -m benchmarks.block_probe"}}
+    found = started("python -m benchmarks.block_probe", profile)
     for budget, seeds in plan.items():
         for seed in seeds:
             for block in BLOCKS:
@@ -52,22 +47,9 @@ def probe(out: Path, root: Path, plan=PLAN, profile: str = "cpu", steps: int | N
                 model = dataclasses.replace(model, baseline_block=block)
                 train = dataclasses.replace(train, train_steps=budget * train.train_steps,
                                             branches=())
-                start = time.perf_counter()
-                run = train_run(model, train, root=root, device="cpu", evaluate=False,
-                                progress=False, echo=None)
-                net = run.load_weights("cpu")[0]["base"]
-                scores = {L: cross_entropy(net, corpus.val, L, eval_windows=10**9, device="cpu")
-                          for L in LENGTHS}
-                found["runs"].append({"budget": budget, "seed": seed, "block": block,
-                                      "steps": train.train_steps,
-                                      "ce": {str(L): s["ce"] for L, s in scores.items()},
-                                      "se": {str(L): s["se"] for L, s in scores.items()},
-                                      "seconds": time.perf_counter() - start})
-                found["provenance"]["date"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
-                atomic_write_text(out, json.dumps(found, indent=1) + "\n")
-                atomic_write_text(out.with_suffix(".md"), markdown(found))
-                print(f"{budget}x seed {seed} {block:13s} " + " ".join(
-                    f"{L}: {s['ce']:.4f} ± {s['se']:.4f}" for L, s in scores.items()), flush=True)
+                entry = trained_and_scored(model, train, root, "base", corpus, LENGTHS)
+                record(found, {"budget": budget, "seed": seed, "block": block, **entry}, out,
+                       markdown, f"{budget}x, seed {seed}, {block}")
     return found
 
 
@@ -90,9 +72,7 @@ def markdown(found: dict) -> str:
                           ", ".join(f"{d:+.3f}" for d in diff), f"{se:.3f}"])
     table = md_table(["budget", "length", "seeds", "post-LN ReLU", "pre-LN GELU",
                       "pre − post, per seed", "window s.e. (at most)"], cells, "llrrrrr")
-    return (f"_Written by `{prov['written_by']}` at commit "
-            f"{(prov.get('git') or {}).get('commit', 'unknown')[:12]}, {prov.get('date', '')}._\n\n"
-            + table + "\n")
+    return labelled(prov, table)
 
 
 if __name__ == "__main__":

@@ -15,19 +15,17 @@ it measured): ``{"runs": [{"recipe", "row", "ce": {"<L>": ce}, "se": {"<L>": se}
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from catlib.book.profiles import experiment
-from catlib.common.provenance import code_fingerprint, environment
+from catlib.common.formatting import md_table
 from catlib.data import load_corpus
 from catlib.experiment.rows import ROWS, row_configs
-from catlib.measure.evaluate import cross_entropy
-from catlib.runs import atomic_write_text, train_run
+
+from .probes import labelled, record, started, trained_and_scored
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE_ROWS = ("ALiBi baseline", "KERPLE-prior CAT")
@@ -50,31 +48,35 @@ def probe(out: Path, root: Path, recipes=RECIPES, rows=PROBE_ROWS, profile: str 
     ``out`` after each; ``steps`` overrides the experiment's (the test's tiny probe)."""
     e = experiment(profile)
     corpus = load_corpus(split="90/10")
-    found = {"runs": [], "provenance": {**environment(("torch",), torch.device("cpu")),
-                                        "profile": profile, "code": code_fingerprint(),
-                                        "written_by": "python -m benchmarks.recipe_probe"}}
+    found = started("python -m benchmarks.recipe_probe", profile)
     for name, change in recipes:
         for label in rows:
             model, train = row_configs(ROWS[label], e, 0)
             train = dataclasses.replace(train, **change, train_steps=steps or train.train_steps,
                                         penalty_horizon=(steps or train.train_steps)
                                         if change else None)
-            start = time.perf_counter()
-            run = train_run(model, train, root=root, device="cpu", evaluate=False,
-                            progress=False, echo=None)
-            net = run.load_weights("cpu")[0][ROWS[label].model]
-            scores = {L: cross_entropy(net, corpus.val, L, eval_windows=10**9, device="cpu")
-                      for L in LENGTHS}
-            found["runs"].append({"recipe": name, "row": label, "steps": train.train_steps,
-                                  "ce": {str(L): s["ce"] for L, s in scores.items()},
-                                  "se": {str(L): s["se"] for L, s in scores.items()},
-                                  "windows": {str(L): s["windows"] for L, s in scores.items()},
-                                  "seconds": time.perf_counter() - start})
-            found["provenance"]["date"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
-            atomic_write_text(out, json.dumps(found, indent=1) + "\n")
-            print(f"{name:36s} {label:18s} " + " ".join(
-                f"{L}: {s['ce']:.4f} ± {s['se']:.4f}" for L, s in scores.items()), flush=True)
+            entry = trained_and_scored(model, train, root, ROWS[label].model, corpus, LENGTHS)
+            record(found, {"recipe": name, "row": label, **entry}, out, markdown,
+                   f"{name}, {label}")
     return found
+
+
+def markdown(found: dict) -> str:
+    """The probe as a table: per recipe, each row's CE at each length (± its window-sampling
+    standard error) and their sum at the shortest length, the criterion (both rows at once)."""
+    prov = found["provenance"]
+    recipes = list(dict.fromkeys(r["recipe"] for r in found["runs"]))
+    by = {(r["recipe"], r["row"]): r for r in found["runs"]}
+    L0 = str(LENGTHS[0])
+    cells = []
+    for name in recipes:
+        got = [by.get((name, row)) for row in PROBE_ROWS]
+        cells.append([name, *[f"{g['ce'][str(L)]:.3f} ± {g['se'][str(L)]:.3f}" if g else "–"
+                              for g in got for L in LENGTHS],
+                      f"{sum(g['ce'][L0] for g in got):.3f}" if all(got) else "–"])
+    heads = [f"{row}, {L}" for row in PROBE_ROWS for L in LENGTHS]
+    table = md_table(["recipe", *heads, f"sum at {L0}"], cells, "l" + "r" * (len(heads) + 1))
+    return labelled(prov, table)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ The house, each layer importing only those above it in this list (tests/test_lay
 - ``data``         the corpus, its splits and the training batches;
 - ``common/``      what every layer uses: devices, provenance, tensor files, number formatting;
 - ``measure/``     what a trained model does: CE per length and position, copying, refinement, cost;
-- ``training/``    the training loop, the optimiser, distributed training;
+- ``training/``    the training loop and its recipe (warm-up, constant rate, decay), the
+                   optimiser, the inputs' copy to the device, distributed training;
 - ``runs/``        run directories: train, resume, evaluate, store;
 - ``experiment/``  the book's rows, its grid and config, the pool that trains it, compute and
                    frontiers, the scale study, its artefacts;

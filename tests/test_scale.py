@@ -79,6 +79,11 @@ def test_runs_beside_others_equal_runs_alone(data, tmp_path):
     assert set(point) == {"budget", "steps", "seeds", "train_flops", "ce", "se", "windows",
                           "train_ce"}
     assert set(point["ce"]) == {"16", "32", "64"} and len(point["ce"]["16"]) == 1
+    # every non-overlapping window of the validation split, at every length
+    from catlib.data import load_corpus
+    val = len(load_corpus(split="90/10").val)
+    assert point["windows"] == {str(L): (val - L - 1) // L for L in (16, 32, 64)}
+    assert all(0 < se < 0.1 for se in point["se"]["16"])
 
 
 def test_a_cut_study_resumes_to_the_same_losses(data, tmp_path):

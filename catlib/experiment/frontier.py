@@ -3,15 +3,13 @@ and the inference dial.
 
 - :func:`~catlib.experiment.rows.budget_configs` (in :mod:`~catlib.experiment.rows`): the
   configuration of a row whose steps or layers are set by counted compute.
-- :func:`frontier_table`: CE against training FLOPs, per row, at several budgets. A
-  baseline's points are the weights one long run kept on its way (``TrainConfig.
-  checkpoints``: the learning rate is constant and there is no schedule, so the weights
-  after n steps of a long run *are* the run of n steps, bit for bit on the same kernels).
-  A CAT's Sobolev penalty weight follows a schedule over ``train_steps``
-  (:func:`catlib.training.loop.penalty_weight`), so a CAT's points are its run stopped
-  early, the penalty weight still on the run's schedule (not bit for bit a shorter run:
-  the chapter states the difference, measured). Points away from a row's final budget
-  have one seed.
+- :func:`frontier_table`: CE against training FLOPs, per row, at several budgets. On the
+  book's recipe a point is a run of that many steps branched from the row's run where its
+  own decay starts (``TrainConfig.branches``): the shorter run, bit for bit on the same
+  kernels (its warm-up, constant rate and Sobolev weight do not depend on the run's
+  length). On the constant rate a point is the weights the long run kept
+  (``TrainConfig.checkpoints``), the shorter run there too. Points away from a row's final
+  budget are scored for one seed.
 - :func:`dial_table`: an ODE-consistent CAT evaluated with other solvers (fewer or more
   evaluations than it was trained with), CE against inference FLOPs per token.
 """

@@ -154,11 +154,9 @@ CHAPTER_ROWS = {"05_training": ("published CAT", "causal CAT"), **_BOOK_ROWS,
 # (the headline CAT, RK4 x1); the one-layer ALiBi baseline given that CAT's training FLOPs
 # as more steps or as more layers; RoPE given them as steps (one seed: its frontier); and
 # the CAT kernel at a baseline's cost per step (ALiBi's prior, one Euler step: one block
-# evaluation) given them as steps. Every frontier row keeps its weights on the way
-# (TrainConfig.checkpoints) at shares of the experiment's steps: the baselines' points are
-# then exactly the shorter runs (constant learning rate, no schedule); a CAT's points are
-# its run stopped early, its Sobolev penalty weight still on the run's schedule (the
-# chapter states the difference to a run of that many steps, measured).
+# evaluation) given them as steps. Every frontier row keeps a point at shares of the
+# experiment's steps (``ladder``, :func:`with_points`): on the book's recipe a run of that
+# many steps branched from the row's run where its decay starts, the shorter run exactly.
 MATCHED = "KERPLE-prior CAT"
 EULER_CAT = "ALiBi-prior CAT, Euler x1, CAT's compute as steps"
 AS_STEPS, AS_LAYERS = "ALiBi baseline, CAT's compute as steps", "ALiBi baseline, CAT's compute as layers"
