@@ -17,6 +17,18 @@
 # commands on a machine kept warm (the runs resume; the first with `--budgets 1 2 4 8 16
 # --seeds 0`), or write the finished runs of a cut one with
 # `python3 -m benchmarks.scale_partial cuda $OUT/scale_cuda.json`.
+#
+# The levers of a training step (issue 48, part 4), same set-up, one command of at most
+# 10 minutes (no notebook stack and no corpus needed: random tokens): ms/step of every
+# scale-study row as is, basis cache off and pinned inputs off; 1, 3, 7, 15 processes at
+# once; CUDA kernels per step; float64 losses on the GPU against the CPU; whether the MPS
+# daemon starts. $OUT/gpu_levers_cuda.json is rewritten after every row and item, so a
+# cut run keeps what it measured (an item it cut reads "running"):
+#
+#   timeout 590 python3 -m benchmarks.gpu_levers --device cuda --out $OUT --budget 480 \
+#     2>&1 | grep --line-buffered -v '^USDT:' | tee $OUT/levers.log
+#
+# To rerun only part of it: `--items step_ms processes kernels_per_step float64_equality mps`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
