@@ -95,11 +95,13 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
         gate.refuse(e)  # before training only: then the other ranks raise it too
         raise
     gate.open({"action": "done"})
-    for steps in train_config.branches:   # each shorter run, from this one's state
+    # Each shorter run, from this one's state. ``on_step`` follows this run's steps only: a
+    # branch's steps start again below its end (a pool's progress line would run backwards).
+    for steps in train_config.branches:
         short = dataclasses.replace(train_config, train_steps=steps, branches=(), checkpoints=())
         train_run(model_config, short, root=run.path.parent, name=branch_name(run.path.name, steps),
                   device=device, data=data, retrain=retrain, evaluate=False, progress=progress,
-                  echo=echo, on_step=on_step, start_from=run.path / branch_file(steps))
+                  echo=echo, start_from=run.path / branch_file(steps))
     return run
 
 
