@@ -114,7 +114,7 @@ bench: venv
 	$(PY) -m benchmarks.bench
 
 # The scale study (catlib/experiment/scale.py): chapter 10's rows at 1x-4x its budget on the
-# CPU, three seeds (about an hour on two cores; stopped and started again, it resumes), 1x-16x with
+# CPU, three seeds (91 minutes on two cores, measured; stopped and started again, it resumes), 1x-16x with
 # every seed on a GPU (make scale DEVICE=cuda). Writes results/scale_<device>.json, which
 # the book reads; `make book` never trains it.
 scale: venv
