@@ -164,9 +164,11 @@ ROPE_LADDER = "RoPE baseline, CAT's compute as steps"
 LADDER = (0.25, 0.5, 1.0, 2.0)
 CAT_LADDER = (0.125, 0.25, 0.5)
 # The block of the compute-matched baselines: pre-LN with GELU (nanoGPT's), the block a
-# reader would train today. Probed against the prototype's post-norm ReLU layer (issue 47:
-# ALiBi, the recipe, 500 steps, every validation window at 128): lower in all three seeds,
-# by 0.012 on average; the rows at equal steps (chapter 6) keep the prototype's block.
+# reader would train today. Probed against the prototype's post-norm ReLU layer
+# (benchmarks/block_probe.py, results/block_probe_cpu.md: ALiBi given the CAT's compute as
+# steps, the recipe, every validation window): lower at 1x in all three seeds (by
+# 0.008-0.029 at 128) and at 4x on seed 0 (by 0.006, within a window's standard error);
+# the rows at equal steps (chapter 6) keep the prototype's block.
 TODAY = (("baseline_block", "pre-ln-gelu"),)
 # The kernel's control at equal compute: the Euler CAT's block with ALiBi's fixed bias and
 # the learned kernel off (chapter 8's "ALiBi inside the CAT block"), as steps.
