@@ -26,6 +26,8 @@ from catlib.data import load_corpus
 from catlib.nn.config import CATConfig
 from catlib.training.loop import SideBySide, TrainConfig
 
+from .gpu_levers import aten_counts
+
 try:
     from catlib.nn.plan import basis_cache
 except ImportError:   # the code before the cache
@@ -46,17 +48,8 @@ def count_ops(trainer: SideBySide, on: bool) -> dict:
         trainer.train_step()                      # warm: caches filled, optimiser state made
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             trainer.train_step()
-    events = [e for e in prof.events() if e.name.startswith("aten::")]
-
-    def top(e) -> bool:
-        p = e.cpu_parent
-        while p is not None:
-            if p.name.startswith("aten::"):
-                return False
-            p = p.cpu_parent
-        return True
-
-    return {"aten_all": len(events), "aten_top": sum(top(e) for e in events)}
+    counts = aten_counts(prof.events())
+    return {"aten_all": counts["aten_ops"], "aten_top": counts["aten_top_level"]}
 
 
 def main() -> None:

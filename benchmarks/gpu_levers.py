@@ -309,6 +309,12 @@ def count_step(t: SideBySide, cache: bool) -> dict:
         return {"kernels": len(dev) - copies, "memcpy_memset": copies,
                 "launches": sum("LaunchKernel" in e.name for e in events
                                 if e.device_type == torch.autograd.DeviceType.CPU)}
+    return aten_counts(events)
+
+
+def aten_counts(events) -> dict:
+    """``{"aten_ops", "aten_top_level"}`` of profiler ``events``: every ``aten::`` event,
+    and those with no ``aten::`` event above them (one per operation the code called)."""
     aten = [e for e in events if e.name.startswith("aten::")]
 
     def top(e) -> bool:
