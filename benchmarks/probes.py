@@ -11,10 +11,10 @@ from typing import Callable
 import torch
 
 from catlib.common.provenance import code_fingerprint, environment
+from catlib.experiment.scale import ALL_WINDOWS
 from catlib.measure.evaluate import cross_entropy
 from catlib.runs import atomic_write_text, train_run
 
-EVERY_WINDOW = 10**9   # cross_entropy caps it at the split's non-overlapping windows
 
 
 def started(written_by: str, profile: str) -> dict:
@@ -32,7 +32,7 @@ def trained_and_scored(model, train, root, model_key: str, corpus, lengths) -> d
     run = train_run(model, train, root=root, device="cpu", evaluate=False, progress=False,
                     echo=None)
     net = run.load_weights("cpu")[0][model_key]
-    scores = {str(L): cross_entropy(net, corpus.val, L, eval_windows=EVERY_WINDOW, device="cpu")
+    scores = {str(L): cross_entropy(net, corpus.val, L, eval_windows=ALL_WINDOWS, device="cpu")
               for L in lengths}
     return {"steps": train.train_steps, **{k: {L: s[k] for L, s in scores.items()}
                                            for k in ("ce", "se", "windows")},

@@ -52,9 +52,12 @@ def probe(out: Path, root: Path, recipes=RECIPES, rows=PROBE_ROWS, profile: str 
     for name, change in recipes:
         for label in rows:
             model, train = row_configs(ROWS[label], e, 0)
-            train = dataclasses.replace(train, **change, train_steps=steps or train.train_steps,
-                                        penalty_horizon=(steps or train.train_steps)
-                                        if change else None)
+            # from the published constant rate (row_configs gives the book's recipe since
+            # the probe chose it), then each recipe tried
+            n = steps or train.train_steps
+            train = dataclasses.replace(train, schedule="constant", warmup=0, decay_share=0.0,
+                                        penalty_horizon=None, branches=(), train_steps=n)
+            train = dataclasses.replace(train, **change, penalty_horizon=n if change else None)
             entry = trained_and_scored(model, train, root, ROWS[label].model, corpus, LENGTHS)
             record(found, {"recipe": name, "row": label, **entry}, out, markdown,
                    f"{name}, {label}")
