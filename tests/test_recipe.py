@@ -115,3 +115,19 @@ def test_a_branch_of_another_recipe_is_refused(tiny_path, tmp_path):
     with pytest.raises(RunError, match="starts a run of 8 steps, not 9"):
         train_run(model, dataclasses.replace(short, train_steps=9), root=tmp_path, name="c",
                   data=tiny_path, start_from=tmp_path / "trunk" / branch_file(8), **OPTS)
+
+
+def test_two_lengths_whose_decay_starts_at_one_step_both_branch(tiny_path, tmp_path):
+    """Runs of 5 and 6 steps both start their 25 % decay at step 4: the longer run keeps
+    the state for each (a map from step to one branch kept only the last)."""
+    model, trains = MODELS["ALiBi baseline"]
+    short = TrainConfig(train_steps=5, models=trains, **RECIPE)
+    assert branch_step(5, 0.25) == branch_step(6, 0.25) == 4
+    train_run(model, dataclasses.replace(short, train_steps=16, branches=(5, 6)), root=tmp_path,
+              name="trunk", data=tiny_path, **OPTS)
+    for n in (5, 6):
+        assert (tmp_path / "trunk" / branch_file(n)).is_file()
+        branched = open_run(tmp_path / f"trunk-to-{n}")
+        alone = train_run(model, dataclasses.replace(short, train_steps=n), root=tmp_path,
+                          name=f"alone-{n}", data=tiny_path, **OPTS)
+        assert _state(branched.path)["metrics"] == _state(alone.path)["metrics"]

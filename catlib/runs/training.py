@@ -349,11 +349,19 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
     path, tc = run.path, trainer.tc
     log = _MetricsLog(path / "metrics.jsonl")
     ladder_at = None  # the step whose ladder and branch files this session has written
-    branch_at = {branch_step(n, tc.decay_share): n for n in tc.branches}
+    branch_at: dict[int, list[int]] = {}   # step -> the shorter runs branching there (two
+    for n in tc.branches:                  # lengths can start their decay at one step)
+        branch_at.setdefault(branch_step(n, tc.decay_share), []).append(n)
+
+    def kept_after(step: int) -> list[Path]:
+        """The files the run keeps after ``step`` steps: its models' ladder weights and the
+        states the shorter runs branch from."""
+        return ([path / ladder_file(step, m) for m in tc.models] if step in tc.checkpoints
+                else []) + [path / branch_file(n) for n in branch_at.get(step, ())]
 
     def ladder() -> None:
-        """At a ladder point, the weights after this step; where a shorter run branches,
-        the training state after this step (:func:`_save_branch`); once per step."""
+        """At a ladder point, the weights after this step; where shorter runs branch, the
+        training state after this step (:func:`_save_branch`); once per step."""
         nonlocal ladder_at
         if trainer.step == ladder_at:
             return
@@ -361,7 +369,8 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
             _save_ladder(run, trainer)
         if trainer.step in branch_at:
             log.sync()
-            _save_branch(run, trainer, branch_at[trainer.step])
+            for n in branch_at[trainer.step]:
+                _save_branch(run, trainer, n)
         ladder_at = trainer.step
 
     def checkpoint() -> None:
@@ -381,9 +390,7 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
     try:
         # A run resumed from a ladder step's checkpoint that older code wrote before the
         # step's ladder files, then was cut: the weights just restored are that step's.
-        if trainer.step in tc.checkpoints and not all(
-                (path / ladder_file(trainer.step, m)).exists() for m in tc.models) or (
-                trainer.step in branch_at and not (path / branch_file(branch_at[trainer.step])).exists()):
+        if not all(f.exists() for f in kept_after(trainer.step)):
             ladder()
         reason = train_loop(trainer, val_ids=corpus.val, log=log.write, checkpoint=checkpoint,
                             echo=echo, progress=progress, on_step=step_done)
