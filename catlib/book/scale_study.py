@@ -442,21 +442,30 @@ def answer(study: dict, rebuild: float | None = None) -> str:
     return " ".join(out)
 
 
-def kernel_clause(study: dict, rebuild: float | None = None) -> str:
-    """One sentence for the answer: the Euler CAT against its kernel control over the
-    budgets both were measured on with the same seeds, where the sign agrees; "" where the
-    study has no control."""
+def kernel_leads(study: dict) -> dict[int, tuple[list, np.ndarray]]:
+    """Per budget, the Euler CAT against its kernel control (the same block with ALiBi's fixed
+    bias, the learned kernel off) on their common seeds: ``{budget: (seeds, CE(control) −
+    CE(Euler CAT) [seeds, lengths])}`` (> 0: the kernel gains); empty where the study has
+    no control."""
     if not {EULER, CONTROL} <= set(study["rows"]):
-        return ""
-    diffs = {}
+        return {}
+    out = {}
     for b in budgets(study):
         seeds = common_seeds(study, b, (EULER, CONTROL))
         if seeds:
-            diffs[b] = ce_matrix(study, CONTROL, b, seeds) - ce_matrix(study, EULER, b, seeds)
+            out[b] = seeds, ce_matrix(study, CONTROL, b, seeds) - ce_matrix(study, EULER, b, seeds)
+    return out
+
+
+def kernel_clause(study: dict, rebuild: float | None = None) -> str:
+    """One sentence for the answer: the Euler CAT against its kernel control over the
+    budgets both were measured on with the same seeds, where the sign agrees; "" where the
+    study has no control (:func:`kernel_leads`)."""
+    diffs = [d for _, d in kernel_leads(study).values()]
     if not diffs:
         return ""
-    means = np.concatenate([d.mean(0) for d in diffs.values()])
-    real = all(beyond_spread(d, rebuild).all() for d in diffs.values())
+    means = np.concatenate([d.mean(0) for d in diffs])
+    real = all(beyond_spread(d, rebuild).all() for d in diffs)
     noise = "more than the spread" if real else "not everywhere more than the spread"
     if (means > 0).all():
         return (f"The Euler CAT's learned kernel beats ALiBi's bias in its block by "
@@ -468,19 +477,11 @@ def kernel_clause(study: dict, rebuild: float | None = None) -> str:
 
 
 def kernel_verdicts(study: dict, rebuild: float | None = None) -> list[str]:
-    """Per budget, the Euler CAT against its control (the same block with ALiBi's fixed bias,
-    the learned kernel off), on their common seeds, with the spread rule: is the Euler CAT's
-    lead its kernel's? (:func:`~catlib.common.verdicts.verdict`)."""
-    if not {EULER, CONTROL} <= set(study["rows"]):
-        return []
-    out = []
-    for b in budgets(study):
-        seeds = common_seeds(study, b, (EULER, CONTROL))
-        if seeds:
-            diff = ce_matrix(study, EULER, b, seeds) - ce_matrix(study, CONTROL, b, seeds)
-            said = verdict(diff, lengths(study), name(EULER), name(CONTROL), rebuild)
-            out.append(f"At {b}× ({seeds_text(seeds)}), {said}")
-    return out
+    """Per budget, the Euler CAT against its control (:func:`kernel_leads`), with the spread
+    rule: is the Euler CAT's lead its kernel's? (:func:`~catlib.common.verdicts.verdict`)."""
+    return [f"At {b}× ({seeds_text(seeds)}), "
+            + verdict(-gain, lengths(study), name(EULER), name(CONTROL), rebuild)
+            for b, (seeds, gain) in kernel_leads(study).items()]
 
 
 def window_text(study: dict) -> str:
@@ -573,10 +574,10 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
                         + (f", smallest lead {m['smallest']:+.3f}" if m["smallest"] is not None else "")
                         + (f" (untested at {', '.join(f'{b}×' for b in m['untested'])}: a seed "
                            f"or a baseline missing there)" if m["untested"] else ""))
+    kernel = kernel_verdicts(study, rebuild)
     return {"answer": answer(study, rebuild), "where": where.strip(), "method": method_text(study),
             "windows": window_text(study) or "This artefact scored a few windows per length.",
-            "kernel": _bullets(kernel_verdicts(study, rebuild)) if kernel_verdicts(study, rebuild)
-            else "- this artefact has no kernel control row",
+            "kernel": _bullets(kernel) if kernel else "- this artefact has no kernel control row",
             "overfit": overfit_table(study) or "(this artefact holds no training CE)",
             "lead_short": lead_table(study, ls[0]), "lead_long": lead_table(study, ls[-1]),
             "ce_short": ce_table(study, ls[0]),

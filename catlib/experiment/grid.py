@@ -17,7 +17,7 @@ from ..measure.config import EvalConfig
 from ..measure.evaluate import context_table, n_windows
 from .config import ExperimentConfig
 from .copy_runs import run_copy_gain  # noqa: F401 (chapter 9's copy test, run in the pool)
-from .ladder import frontier_scoring, ladder_ce
+from .ladder import frontier_scoring, ladder_ce, point_steps
 from ..measure.extrapolation import position_ce
 from .pool import default_jobs, run_jobs, worker_devices  # noqa: F401 (default_jobs: its earlier home)
 from .progress import reporter
@@ -98,8 +98,7 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                                   copy_random=bool(copy) and row.study)
             if label in FRONTIER_ROWS and curve:
                 first = seed == seeds_of(label)[0]
-                steps = (sorted({*tc.checkpoints, *tc.branches, tc.train_steps}) if first
-                         else [tc.train_steps])
+                steps = point_steps(tc) if first else [tc.train_steps]
                 f_lengths, f_caps = frontier_scoring(ev.lengths, ev.eval_windows, ev.curve_windows)
                 ladder = specs[key].setdefault("ladder", dict(steps=[], lengths=f_lengths,
                                                               caps=f_caps, model=row.model))

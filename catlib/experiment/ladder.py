@@ -35,10 +35,8 @@ def ladder_model(run, step: int, model_key: str, device="cpu"):
     from ..runs.files import load_checkpoint
     from ..runs.training import ladder_file
 
-    if step == run.train_config.train_steps:
-        return run.load_weights(device)[0][model_key]
-    if step in run.train_config.branches:
-        return point_run(run, step).load_weights(device)[0][model_key]
+    if step == run.train_config.train_steps or step in run.train_config.branches:
+        return point_run(run, step).load_weights(device)[0][model_key]   # a run's last weights
     path = run.path / ladder_file(step, model_key)
     if not path.exists():
         raise RunError(f"{path} is missing: the run kept no weights after {step} steps "
@@ -53,8 +51,13 @@ def ladder_model(run, step: int, model_key: str, device="cpu"):
 
 
 def ladder_points(run, model_key: str) -> list[int]:
-    """The steps of the run's ladder: its kept checkpoints, its branches and its last step."""
-    tc = run.train_config
+    """The steps of the run's ladder (:func:`point_steps` of its training)."""
+    return point_steps(run.train_config)
+
+
+def point_steps(tc) -> list[int]:
+    """The steps a run of ``tc`` has a point at: its kept checkpoints, its branches and its
+    last step."""
     return sorted({*tc.checkpoints, *tc.branches, tc.train_steps})
 
 
