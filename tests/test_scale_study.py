@@ -188,3 +188,21 @@ def test_load_studies_reads_the_artefacts_present(tmp_path):
     assert ss.lengths(CROSSING) == ["128", "5000"] and ss.budgets(CROSSING) == [1, 4]
     assert math.isclose(ss._unit_flops(CROSSING), 1e12)
     assert set(BASELINE_ROWS) <= set(CROSSING["rows"])
+
+
+def test_the_readme_reads_the_study_now_in_results(tmp_path):
+    """After make scale, the README block's scale sentence is the artefact's answer, labelled
+    with its commit; the build's tables around it are left as they are."""
+    from catlib.book.publish import README_MARKERS, republish_scale_answer
+    (tmp_path / "results").mkdir()
+    study = dict(CROSSING, provenance={"git": {"commit": "c0c0fb99f53bfd82"}, "profile": "cpu"})
+    (tmp_path / "results" / "scale_cpu.json").write_text(json.dumps(study))
+    block = "_Written by the build._\n\nOver budgets (on a CPU, chapter 11): old words.\n\n| table |\n"
+    (tmp_path / "results" / "headline_cpu.md").write_text(block)
+    start, end = README_MARKERS
+    (tmp_path / "README.md").write_text(f"intro\n{start}\n{block}{end}\nrest\n")
+    republish_scale_answer(tmp_path)
+    readme = (tmp_path / "README.md").read_text()
+    assert "old words" not in readme and "| table |" in readme and readme.endswith("rest\n")
+    assert ss.answer_file_text({"cpu": study}, "cpu").strip() in readme
+    assert "_(From `results/scale_cpu.json`, commit c0c0fb99f53b.)_" in readme

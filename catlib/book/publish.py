@@ -63,6 +63,31 @@ def equal_compute_summary(matched_table: str, cat_vs_steps: str, cat_wins: bool,
             f"{'met' if designed_met else 'missed'} (smallest lead {designed_min}).\n")
 
 
+def republish_scale_answer(root: Path, profile: str = "cpu") -> None:
+    """Replace the scale study's sentence in ``results/headline_<profile>.md`` and the
+    README's block with the answer of the artefact now in ``results/`` (after ``make
+    scale`` and before the next full build), labelled with that artefact's commit: the
+    tables around it keep the label of the build that wrote them."""
+    from .page import rebuild_spread
+    from .scale_study import answer_file_text, load_studies
+
+    studies = load_studies(root)
+    main = next(iter(studies), None)
+    if main is None:
+        return
+    prov = studies[main].get("provenance", {})
+    commit = ((prov.get("git") or {}).get("commit") or "unknown")[:12]
+    text = answer_file_text(studies, main, rebuild_spread(root, prov.get("profile", profile))).strip()
+    text += f" _(From `results/scale_{main}.json`, commit {commit}.)_"
+    out = root / "results" / f"headline_{profile}.md"
+    lines = out.read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("Over budgets ("))
+    lines[at] = text
+    out.write_text("\n".join(lines))
+    if profile == "cpu":
+        _replace_readme_headline(root / "README.md", out.read_text())
+
+
 def _replace_readme_headline(readme: Path, text: str) -> None:
     """Put ``text`` between the :data:`README_MARKERS` of ``readme``; nothing where they are absent."""
     start, end = README_MARKERS
