@@ -70,8 +70,11 @@ def test_position_curve_is_cached_for_its_weights(trained, monkeypatch):
     # batch_tokens = 32: one window per forward pass, as position_ce, so both read the same
     # float32 logits ([2, 32] products round differently); only the order of the float64
     # sums of 64 CEs differs (rounding ~1e-14; measured 0).
-    ce = cross_entropy(cat, corpus.val, 32, eval_windows=2, batch_tokens=32)["ce"]
-    assert curve.mean() == pytest.approx(ce, rel=1e-12, abs=0)
+    scored = cross_entropy(cat, corpus.val, 32, eval_windows=2, batch_tokens=32)
+    assert curve.mean() == pytest.approx(scored["ce"], rel=1e-12, abs=0)
+    # The same stored scoring gives the window-sampling error of that CE.
+    assert ex.curve_se(run, "cat", corpus, 32, 2) == pytest.approx(scored["se"], rel=1e-9)
+    assert scored["se"] > 0
     calls = []
     monkeypatch.setattr(ex, "position_ce", lambda *a, **k: calls.append(1))
     assert np.array_equal(ex.position_curve(run, "cat", corpus, 32, 2), curve) and not calls
@@ -79,7 +82,7 @@ def test_position_curve_is_cached_for_its_weights(trained, monkeypatch):
     data = json.loads(stored.read_text())
     data["ident"]["weights"] = "0" * 16                     # as if other weights were scored
     stored.write_text(json.dumps(data))
-    with pytest.raises(AttributeError):                     # recomputed: reaches position_ce
+    with pytest.raises(TypeError):                          # recomputed: reaches position_ce
         ex.position_curve(run, "cat", corpus, 32, 2)
     assert calls
 
@@ -337,3 +340,31 @@ def test_a_pool_of_stored_runs_starts_no_worker_and_a_new_run_is_not_begun(tmp_p
                 device="cpu")
     assert ex._train_job(spec, stored=True) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_table_errors_read_the_windows_the_scores_read(trained):
+    # Catches a stated window count that is not the one the CEs read, and a standard error
+    # that is not the CE's own (each row's stored evaluation, the curve's windows at the
+    # longest length).
+    runs, corpus = trained
+    corpora = {"90/10": corpus}
+    labels, longest = ("causal CAT", "RoPE baseline"), 64
+    windows, se = ex.table_errors(runs, labels, [0], corpora, longest, eval_windows=2,
+                                  curve_windows=3)
+    assert windows == {16: 2, 32: 2, 64: 3}
+    cat, _ = runs["causal CAT", 0].load_models()
+    _, rope = runs["RoPE baseline", 0].load_models()
+    for L, n in windows.items():
+        expected = [cross_entropy(m, corpus.val, L, eval_windows=n,
+                                  **({"batch_tokens": L} if L == longest else {}))["se"]
+                    for m in (cat, rope)]
+        # float32 logits from batches of other sizes: the CEs agree to float32 rounding.
+        assert se[L] == pytest.approx(expected, rel=1e-4), L
+    ce, _, _ = ex.table_scores(runs, labels, [0], corpora, longest, 2, curve_windows=3)
+    assert ce["causal CAT"].shape == (1, 3)
+
+
+def test_table_errors_without_a_curve_read_the_stored_lengths(trained):
+    runs, corpus = trained
+    windows, se = ex.table_errors(runs, ["RoPE baseline"], [0], {"90/10": corpus}, None, 2)
+    assert windows == {16: 2, 32: 2} and all(len(v) == 1 and v[0] > 0 for v in se.values())

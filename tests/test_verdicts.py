@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from catlib.book.publish import equal_compute_summary
-from catlib.common.verdicts import beyond_spread, prose_problems, verdict, verdict_table
+from catlib.common.verdicts import beyond_spread, prose_problems, verdict, verdict_table, window_error
 from catlib.experiment import frontier as fr
 from catlib.experiment.grid import AS_LAYERS, AS_STEPS, ROWS
 
@@ -156,3 +156,13 @@ def test_a_zero_difference_reads_as_identical():
     assert differ_by_at_most(-0.0) == "are identical (they differ by 0)"
     assert differ_by_at_most(3.21e-7) == "differ by at most 3.2e-07"
     assert differ_by_at_most(0.25) == "differ by at most 0.25"
+
+
+def test_window_error_states_each_length_s_windows_and_error():
+    # Catches a sentence that drops a length, its count or its error, or reads a NaN.
+    text = window_error({128: 32, 5000: 8}, {128: [0.012, float("nan"), 0.031], 5000: [0.004]})
+    assert text == ("Each CE reads the first windows of the validation split, 32 windows at 128 "
+                    "(standard error 0.012-0.031 nats) and 8 at 5000 (standard error 0.004 nats); "
+                    "every row reads the same windows, so the differences between rows are paired.")
+    assert "every window" in window_error({128: 870}, {128: [0.006]}, every=True)
+    assert not prose_problems(text, [])

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..common.formatting import md_table
 from ..common.verdicts import beyond_spread, judged, listed, nats_range, subject
-from ..common.verdicts import verdict
+from ..common.verdicts import verdict, window_error
 from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, CONTROL, EULER, EULER_DEEP,
                                 KERPLE, KERPLE_ODE, ROPE, SCALE_ROWS)
 
@@ -490,13 +490,9 @@ def window_text(study: dict) -> str:
     points = [p for t in study["rows"].values() for p in t["points"] if "se" in p]
     if not points:
         return ""
-    parts = []
-    for L in lengths(study):
-        se = [v for p in points for v in p["se"][L]]
-        parts.append(f"{points[0]['windows'][L]} windows at {L} (standard error "
-                     f"{nats_range(se)})")
-    return ("Every CE reads every window of the validation split: " + ", ".join(parts)
-            + "; every row reads the same windows, so the differences between rows are paired.")
+    return window_error({L: points[0]["windows"][L] for L in lengths(study)},
+                        {L: [v for p in points for v in p["se"][L]] for L in lengths(study)},
+                        every=True)
 
 
 def overfit_table(study: dict) -> str:

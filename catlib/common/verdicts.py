@@ -83,6 +83,22 @@ def nats_range(values) -> str:
     return a if a == b else f"{a}-{b}"
 
 
+def window_error(windows: dict, se: dict, every: bool = False) -> str:
+    """One sentence: the validation windows each CE reads at each length and the standard
+    error that window sampling leaves on it, its range over the rows and seeds shown.
+
+    ``windows`` ``{length: n}``; ``se`` ``{length: [standard errors]}`` (NaN: not scored,
+    left out); ``every``: the windows are all that the validation split holds."""
+    parts = []
+    for L, values in se.items():
+        values = [v for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v)]
+        error = f" (standard error {nats_range(values)} nats)" if values else ""
+        parts.append(f"{windows[L]}{' windows' if not parts else ''} at {L}{error}")
+    where = "every window of the validation split" if every else "the first windows of the validation split"
+    return (f"Each CE reads {where}, {listed(parts)}; every row reads the same windows, so the "
+            "differences between rows are paired.")
+
+
 def listed(values) -> str:
     values = [str(v) for v in values]
     return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} and {values[-1]}"

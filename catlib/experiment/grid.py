@@ -14,7 +14,7 @@ import torch
 from ..nn.config import CATConfig
 from ..data import Corpus, load_corpus
 from ..measure.config import EvalConfig
-from ..measure.evaluate import context_table, n_windows
+from ..measure.evaluate import context_table, n_windows, window_se
 from .config import ExperimentConfig
 from .copy_runs import run_copy_gain  # noqa: F401 (chapter 9's copy test, run in the pool)
 from .ladder import frontier_scoring, ladder_ce, point_steps
@@ -209,6 +209,21 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
     Stored in the run directory beside its evaluation, valid for the weights and the
     code that computed it, so that the chapters that draw it and a rebuild reuse it.
     """
+    return np.array(_stored_curve(run, model_key, corpus, length, n_windows, device)["positions"],
+                    dtype=float)
+
+
+def curve_se(run: Run, model_key: str, corpus: Corpus, length: int, n_windows: int,
+             device=None) -> float:
+    """The standard error from window sampling of the mean of :func:`position_curve` (the
+    CE at ``length``), from the same stored scoring (:func:`~catlib.measure.evaluate.window_se`)."""
+    return window_se(_stored_curve(run, model_key, corpus, length, n_windows, device)["windows"])
+
+
+def _stored_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_windows: int,
+                  device=None) -> dict:
+    """``{"positions": [length], "windows": [n]}``: the per-position CE of one model of a run
+    and each window's CE, computed once and stored with the run."""
     check_split(run, corpus)
     models, _ = run.load_weights(device or "cpu")
     model = models[model_key]
@@ -217,10 +232,12 @@ def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_wind
     ident = {"weights": weights_digest({model_key: model}),
              "code": code_fingerprint() + code_fingerprint(("measure.extrapolation",)),
              "length": length, "windows": n_windows}
-    ce = stored_with_run(run, f"positions-{model_key}-{length}x{n_windows}.json", ident,
-                          lambda: position_ce(model, corpus.val, length, n_windows,
-                                              device=device).tolist())
-    return np.array(ce, dtype=float)
+
+    def scored():
+        positions, by_window = position_ce(model, corpus.val, length, n_windows, device=device,
+                                           per_window=True)
+        return {"positions": positions.tolist(), "windows": by_window.tolist()}
+    return stored_with_run(run, f"positions-{model_key}-{length}x{n_windows}.json", ident, scored)
 
 
 def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
@@ -289,6 +306,33 @@ def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
         short, leak[label] = scores(runs, label, seeds_of(label))
         ce[label] = np.concatenate([short, curves[label].mean(1, keepdims=True)], axis=1)
     return ce, leak, curves
+
+
+def table_errors(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest: int | None,
+                 eval_windows: int, device=None,
+                 curve_windows: int | None = None) -> tuple[dict, dict]:
+    """What window sampling leaves uncertain in :func:`table_scores`' CEs, as
+    :func:`~catlib.common.verdicts.window_error` reads it: ``(windows, se)``, ``windows``
+    ``{length: n}`` (the windows every row reads there) and ``se`` ``{length: [standard
+    error of each row's CE per seed]}`` (NaN where a length was not scored). Read from the
+    stored evaluation and the stored per-position scoring: nothing is computed twice.
+    ``longest`` None: the stored evaluation's lengths only (rows scored at those alone)."""
+    seeds_of = _seeds_of(seeds)
+    windows, se = {}, {}
+    for label in labels:
+        row, split_corpus = ROWS[label], corpus[ROWS[label].split]
+        for s in seeds_of(label):
+            for r in runs[label, s].result["rows"]:
+                if "windows" in r:
+                    windows[r["len"]] = r["windows"]
+                se.setdefault(r["len"], []).append(
+                    np.nan if r.get(f"{row.model}_se") is None else r[f"{row.model}_se"])
+            if longest is not None:
+                windows[longest] = n_windows(len(split_corpus.val), longest,
+                                             curve_windows or eval_windows)
+                se.setdefault(longest, []).append(curve_se(
+                    runs[label, s], row.model, split_corpus, longest, windows[longest], device))
+    return windows, se
 
 
 # The tables a notebook writes as JSON parts, merged into results/<kind>_<profile>.json.

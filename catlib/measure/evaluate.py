@@ -140,11 +140,16 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
             per_window += F.cross_entropy(logits, target, reduction="none").reshape(
                 len(xb), length).mean(1).tolist()
     ce = total / (n * length)
-    # The window-sampling error of ce: the windows' CEs' standard deviation over sqrt(n)
-    # (0 for one window), what another sample of as many windows could move it by.
-    se = float(torch.tensor(per_window, dtype=torch.float64).std() / math.sqrt(n)) if n > 1 else 0.0
     return {"len": length, "ce": ce, "ppl": math.exp(ce), "windows": n, "tokens": n * length,
-            "se": se}
+            "se": window_se(per_window)}
+
+
+def window_se(per_window) -> float:
+    """The window-sampling error of a CE that is the mean of equal windows' CEs
+    (``per_window``, one CE per window): their standard deviation over sqrt(n), 0 for one
+    window; what another sample of as many windows could move the CE by."""
+    n = len(per_window)
+    return float(torch.as_tensor(per_window, dtype=torch.float64).std() / math.sqrt(n)) if n > 1 else 0.0
 
 
 def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int,
@@ -174,8 +179,9 @@ def context_table(cat: torch.nn.Module | None, baseline: torch.nn.Module | None,
                   seed: int | None = None) -> list[dict]:
     """The published results table as a list of rows, one per context length.
 
-    Row keys: len, cat_ce, cat_ppl, base_ce, base_ppl, dce (= base - CAT), windows, and
-    bigram_ce when ``train`` is given; or len and skipped (the reason). A model passed as
+    Row keys: len, cat_ce, cat_ppl, cat_se, base_ce, base_ppl, base_se, dce (= base - CAT),
+    windows, and bigram_ce when ``train`` is given (``*_se``: the CE's standard error from
+    window sampling, :func:`window_se`); or len and skipped (the reason). A model passed as
     None (a run that trained only the other) has None in its columns and in dce; so has a
     model whose CE is NaN or infinite, which the row also names in ``nonfinite``.
     ``seed`` seeds the dropout masks of ``dropout_in_eval`` (see :func:`cross_entropy`).
@@ -195,6 +201,7 @@ def context_table(cat: torch.nn.Module | None, baseline: torch.nn.Module | None,
                 row.setdefault("nonfinite", []).append(key)
                 ce = None
             row[f"{key}_ce"], row[f"{key}_ppl"] = ce, (math.exp(ce) if ce is not None else None)
+            row[f"{key}_se"] = r.get("se") if ce is not None else None
             row["windows"] = r.get("windows", n_windows(len(val), L, eval_windows))
         both = row["cat_ce"] is not None and row["base_ce"] is not None
         row["dce"] = row["base_ce"] - row["cat_ce"] if both else None

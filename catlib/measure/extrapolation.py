@@ -28,7 +28,8 @@ SUMMARY_LENGTHS = ("128", "512", "1024", "5000")
 # --------------------------------------------------------------- per-position CE
 
 def position_ce(model: torch.nn.Module, val: torch.Tensor, length: int = 5000,
-                n_windows: int = 16, device=None, batch: int = 1) -> torch.Tensor:
+                n_windows: int = 16, device=None, batch: int = 1,
+                per_window: bool = False):
     """Mean cross-entropy at each position, float64 ``[length]`` on the CPU.
 
     ``val [N]`` int64 ids. Windows are those of :func:`catlib.measure.evaluate.windows`: window k
@@ -36,6 +37,8 @@ def position_ce(model: torch.nn.Module, val: torch.Tensor, length: int = 5000,
     position p (0-based) is scored on predicting w[p + 1]. ``batch`` windows per forward
     pass. Eval mode and ``torch.inference_mode``; the model's mode is restored after.
     The mean over positions equals ``evaluate.cross_entropy(...)["ce"]`` on the same windows.
+    With ``per_window``: ``(positions [length], windows [n])``, the second each window's
+    mean CE (for its standard error, :func:`catlib.measure.evaluate.window_se`).
     """
     if length < 1 or n_windows < 1 or batch < 1:
         raise ValueError(f"length, n_windows and batch must be positive, got "
@@ -46,6 +49,7 @@ def position_ce(model: torch.nn.Module, val: torch.Tensor, length: int = 5000,
     device = device or next(model.parameters()).device
     x, y = evaluate.windows(val, length, n)
     total = torch.zeros(length, dtype=torch.float64)
+    by_window = []
     with evaluate.eval_mode(model, False), torch.inference_mode():
         for i in range(0, n, batch):
             logits = model(x[i:i + batch].to(device))[0]
@@ -53,7 +57,8 @@ def position_ce(model: torch.nn.Module, val: torch.Tensor, length: int = 5000,
             logits = logits.cpu().double()
             ce = F.cross_entropy(logits.transpose(1, 2), y[i:i + batch], reduction="none")
             total += ce.sum(0)                                                 # [length]
-    return total / n
+            by_window.append(ce.mean(1))                                       # [batch]
+    return (total / n, torch.cat(by_window)) if per_window else total / n
 
 
 def log_bins(ce, per_decade: int = 16) -> dict[str, np.ndarray]:

@@ -24,8 +24,8 @@ from .identity import weights_digest
 from .lock import run_lock
 from .run import Run
 
-_EVAL_COLUMNS = ["len", "cat_ce", "cat_ppl", "base_ce", "base_ppl", "dce", "bigram_ce", "windows",
-                "skipped", "nonfinite"]
+_EVAL_COLUMNS = ["len", "cat_ce", "cat_ppl", "cat_se", "base_ce", "base_ppl", "base_se", "dce",
+                 "bigram_ce", "windows", "skipped", "nonfinite"]
 
 
 def _check_code(run: Run, allow_other_code: bool) -> None:
