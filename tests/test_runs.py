@@ -42,7 +42,7 @@ def test_run_directory_and_reuse(data, tmp_path):
     assert run.status["status"] == "finished" and len(_losses(run)) == 4
     table = json.loads((run.path / "eval.json").read_text())
     assert table["rows"][0]["len"] == 16 and set(table["leak"]) == {"cat", "base"}
-    assert (run.path / "eval.csv").read_text().startswith("len,cat_ce,cat_ppl,base_ce")
+    assert (run.path / "eval.csv").read_text().startswith("len,cat_ce,cat_ppl,cat_se,base_ce")
 
     steps, mtime = [], (run.path / "cat.pt").stat().st_mtime_ns
     again = train_run(TINY, _tc(), root=tmp_path, on_step=steps.append, **EVAL)
