@@ -206,3 +206,21 @@ def test_the_readme_reads_the_study_now_in_results(tmp_path):
     assert "old words" not in readme and "| table |" in readme and readme.endswith("rest\n")
     assert ss.answer_file_text({"cpu": study}, "cpu").strip() in readme
     assert "_(From `results/scale_cpu.json`, commit c0c0fb99f53b.)_" in readme
+
+
+def test_a_full_build_labels_the_scale_sentence_with_the_study_s_commit(tmp_path):
+    """The build's label names the build's commit; the scale sentence it includes comes from
+    an artefact trained apart, so it names that artefact and its commit (a review's defect:
+    an artefact's number without its commit)."""
+    from catlib import book
+    (tmp_path / "results").mkdir()
+    study = dict(CROSSING, provenance={"git": {"commit": "c0c0fb99f53bfd82"}, "profile": "cpu"})
+    (tmp_path / "results" / "scale_cpu.json").write_text(json.dumps(study))
+    generated = tmp_path / "book" / "_generated"
+    generated.mkdir(parents=True)
+    (generated / "headline_table.md").write_text("| a |\n|---|\n| 1 |\n")
+    (generated / "scale_answer.md").write_text("Over budgets (on a CPU, chapter 11): words.\n")
+    records = [book.Record("06_context_length", "cpu", "cpu", 1.0, "ok", "now")]
+    text = book.publish_headline(tmp_path, "cpu", records).read_text()
+    assert ("Over budgets (on a CPU, chapter 11): words. _(From `results/scale_cpu.json`, "
+            "commit c0c0fb99f53b.)_") in text

@@ -31,8 +31,9 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
     if compute.exists():
         text = f"{label}\n\n{compute.read_text().strip()}\n\nAt equal parameters and training steps (chapter 6):\n\n{table.read_text().strip()}\n"
     scale = root / "book" / "_generated" / "scale_answer.md"       # chapter 11, when it ran
-    if scale.exists():
-        text = text.replace(f"{label}\n\n", f"{label}\n\n{scale.read_text().strip()}\n\n", 1)
+    if scale.exists():   # read from an artefact of its own commit: labelled with it
+        answer = scale.read_text().strip() + _scale_label(root)
+        text = text.replace(f"{label}\n\n", f"{label}\n\n{answer}\n\n", 1)
     out = root / "results" / f"headline_{profile}.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text(text)
@@ -76,9 +77,8 @@ def republish_scale_answer(root: Path, profile: str = "cpu") -> None:
     if main is None:
         return
     prov = studies[main].get("provenance", {})
-    commit = ((prov.get("git") or {}).get("commit") or "unknown")[:12]
     text = answer_file_text(studies, main, rebuild_spread(root, prov.get("profile", profile))).strip()
-    text += f" _(From `results/scale_{main}.json`, commit {commit}.)_"
+    text += _scale_label(root)
     out = root / "results" / f"headline_{profile}.md"
     lines = out.read_text().split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith("Over budgets ("))
@@ -86,6 +86,20 @@ def republish_scale_answer(root: Path, profile: str = "cpu") -> None:
     out.write_text("\n".join(lines))
     if profile == "cpu":
         _replace_readme_headline(root / "README.md", out.read_text())
+
+
+def _scale_label(root: Path) -> str:
+    """`` _(From `results/scale_<device>.json`, commit <c>.)_``: the artefact chapter 11 reads
+    (:func:`~catlib.book.scale_study.load_studies`' first) and the commit it recorded; the
+    scale study is trained apart from the build, so its sentence carries its own label."""
+    from .scale_study import load_studies
+
+    studies = load_studies(root)
+    main = next(iter(studies), None)
+    if main is None:
+        return ""
+    commit = ((studies[main].get("provenance", {}).get("git") or {}).get("commit") or "unknown")[:12]
+    return f" _(From `results/scale_{main}.json`, commit {commit}.)_"
 
 
 def _replace_readme_headline(readme: Path, text: str) -> None:
