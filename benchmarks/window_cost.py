@@ -1,6 +1,8 @@
 """What scoring every validation window would cost the book (issue 47): seconds to score
 one model at each of the ``cpu`` profile's lengths on the windows the chapters read
-(``eval_windows``, ``curve_windows`` at the longest) and on every window the split holds::
+(``eval_windows``, ``curve_windows`` at the longest) and on every window the split holds,
+and the refinement test of the KERPLE-prior CAT at the training length on 32, 128 and
+every window (it reads ``eval_windows`` too)::
 
     python -m benchmarks.window_cost          # about 2 minutes on one core
 
@@ -20,7 +22,8 @@ from catlib.data import load_corpus
 from catlib.experiment.grid import window_cap
 from catlib.experiment.rows import AS_STEPS, EULER_CAT, MATCHED, ROWS, row_configs
 from catlib.experiment.scale import ALL_WINDOWS
-from catlib.measure.evaluate import cross_entropy
+from catlib.measure.evaluate import cross_entropy, n_windows
+from catlib.measure.refinement import FINER, refinement
 
 ROWS_TIMED = ("ALiBi baseline", AS_STEPS, MATCHED, EULER_CAT)
 
@@ -51,6 +54,13 @@ def main() -> None:
             print(f"{label:50s} {L:6d} {few['windows']:13d} {a:6.2f} {every['windows']:13d} {b:6.2f}",
                   flush=True)
         print(f"{label:50s} {'all':>6s} {'':13s} {total[0]:6.2f} {'':13s} {total[1]:6.2f}")
+        if label == MATCHED:
+            for cap in (32, 128, ALL_WINDOWS):
+                start = time.perf_counter()
+                refinement(model, val, ex.train.seq, cap, FINER)
+                print(f"{'  its refinement test at ' + str(ex.train.seq):50s} {'':6s} "
+                      f"{n_windows(len(val), ex.train.seq, cap):13d} {time.perf_counter() - start:6.2f}",
+                      flush=True)
 
 
 if __name__ == "__main__":
