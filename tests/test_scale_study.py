@@ -80,7 +80,11 @@ def test_the_direction_is_said_in_words_with_the_row_compared_and_every_budget()
     assert ("the KERPLE-prior CAT trails the ALiBi baseline by 0.187 at 1×, 0.129 at 2×, "
             "0.098 at 4× and 0.124 at 8×") in text
     assert "leads" not in text and "shrinks" not in text
-    assert "trails the best baseline" in ss.answer(study, 0.009)
+    # the answer says which row is lowest over the budgets: here the ALiBi baseline, by the
+    # CAT's deficit (it is the next row at every budget)
+    assert ss.answer(study, 0.009) == ("At 1×, 2×, 4× and 8× (2 seeds), the ALiBi baseline is "
+                                       "lowest at every length, by 0.098-0.187 nats (beyond the "
+                                       "spread).")
     assert not prose_problems(text, LABELS)
 
 
@@ -116,7 +120,28 @@ def test_a_budget_with_fewer_seeds_is_off_the_path_and_said_so():
     assert "8× (seed 0 only)" in ss.lead_table(study, "128")
     assert "Not on this path, for want of seeds: 8×." in ss.lead_verdict(study, EULER)
     assert ss.budget_verdict(study, 8).startswith("At 8× (seed 0 only), the ALiBi baseline")
-    assert ss.answer(study).startswith("At 4× (3 seeds), the Euler CAT is lowest")
+    text = ss.answer(study)
+    assert text.startswith("At 1× and 4× (3 seeds), the Euler CAT is lowest at every length")
+    assert "at 8× (seed 0 only), the ALiBi baseline, by 0.10 (one seed, no spread to judge it by)" in text
+    assert "at 8× (seed 0 only), the ALiBi baseline, by 0.10 (beyond the spread)" in ss.answer(study, 0.009)
+
+
+def test_the_answer_says_which_row_is_lowest_over_which_budgets_and_where_it_is_noise():
+    """The abstract's sentence (issue 47): the lowest row per run of budgets, by how much, on
+    how many seeds, with the lengths and budgets where its margin is within the spread, and
+    a budget where no row is lowest at every length said so."""
+    study = _baselines(**{EULER: {1: [1.90, 1.91], 4: [1.695, 1.705]},     # 4x: 0.005 below ALiBi
+                          EULER_DEEP: {1: [2.3, 2.3], 4: [1.80, 1.81]}})
+    text = ss.answer(study, 0.009)
+    assert text.startswith("At 1× and 4× (2 seeds), the Euler CAT is lowest at every length, by ")
+    assert "(beyond the spread except at 4×)" in text, text
+    study["rows"][EULER]["points"][1]["ce"]["128"] = [1.60, 1.61]        # beyond it at 128
+    assert "(beyond the spread except at 5000 at 4×)" in ss.answer(study, 0.009)
+    split = _baselines(**{EULER: {1: [1.90, 1.91], 4: [1.60, 1.61]}})
+    split["rows"][ROPE]["points"][1]["ce"]["5000"] = [1.50, 1.51]     # RoPE lowest at 4x, 5000
+    text = ss.answer(split, 0.009)
+    assert "at 4×, no row is lowest at every length" in text, text
+    assert not prose_problems(text, LABELS)
 
 
 def test_the_moonshot_reads_every_seed_every_budget_and_every_baseline():
