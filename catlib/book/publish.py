@@ -32,7 +32,9 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
         text = f"{label}\n\n{compute.read_text().strip()}\n\nAt equal parameters and training steps (chapter 6):\n\n{table.read_text().strip()}\n"
     scale = root / "book" / "_generated" / "scale_answer.md"       # chapter 11, when it ran
     if scale.exists():   # read from an artefact of its own commit: labelled with it
-        answer = scale.read_text().strip() + _scale_label(root)
+        from .scale_study import load_studies
+
+        answer = scale.read_text().strip() + _scale_label(load_studies(root))
         text = text.replace(f"{label}\n\n", f"{label}\n\n{answer}\n\n", 1)
     out = root / "results" / f"headline_{profile}.md"
     out.parent.mkdir(exist_ok=True)
@@ -78,7 +80,7 @@ def republish_scale_answer(root: Path, profile: str = "cpu") -> None:
         return
     prov = studies[main].get("provenance", {})
     text = answer_file_text(studies, main, rebuild_spread(root, prov.get("profile", profile))).strip()
-    text += _scale_label(root)
+    text += _scale_label(studies)
     out = root / "results" / f"headline_{profile}.md"
     lines = out.read_text().split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith("Over budgets ("))
@@ -88,13 +90,10 @@ def republish_scale_answer(root: Path, profile: str = "cpu") -> None:
         _replace_readme_headline(root / "README.md", out.read_text())
 
 
-def _scale_label(root: Path) -> str:
+def _scale_label(studies: dict) -> str:
     """`` _(From `results/scale_<device>.json`, commit <c>.)_``: the artefact chapter 11 reads
-    (:func:`~catlib.book.scale_study.load_studies`' first) and the commit it recorded; the
-    scale study is trained apart from the build, so its sentence carries its own label."""
-    from .scale_study import load_studies
-
-    studies = load_studies(root)
+    (the first of :func:`~catlib.book.scale_study.load_studies`) and the commit it recorded;
+    the scale study is trained apart from the build, so its sentence carries its own label."""
     main = next(iter(studies), None)
     if main is None:
         return ""

@@ -207,8 +207,9 @@ def budget_verdict(study: dict, budget: int, rebuild: float | None = None) -> st
     found = _lowest(study, budget, rebuild)
     if found is None:
         return f"At {budget}×, no seed was measured on every row."
-    seeds, firsts, margins, noise = found
+    seeds, firsts, margins, real = found
     ls = lengths(study)
+    noise = judged(real, ls, len(seeds), rebuild)
     head = f"At {budget}× ({seeds_text(seeds)}), "
     if len(set(firsts)) == 1:
         return (f"{head}{subject(name(firsts[0]))} is lowest at every length, "
@@ -221,8 +222,9 @@ def budget_verdict(study: dict, budget: int, rebuild: float | None = None) -> st
 
 def _lowest(study: dict, budget: int, rebuild: float | None = None):
     """At ``budget``, on the seeds every row shares: ``(seeds, the lowest row at each length,
-    its margin over the next row [seeds, lengths], that margin judged against the spread)``;
-    None where no seed was measured on every row."""
+    its margin over the next row [seeds, lengths], where that margin is beyond the spread
+    [lengths])`` (:func:`~catlib.common.verdicts.beyond_spread`); None where no seed was
+    measured on every row."""
     ls, rows = lengths(study), list(study["rows"])
     seeds = common_seeds(study, budget, rows)
     if not seeds:
@@ -235,7 +237,7 @@ def _lowest(study: dict, budget: int, rebuild: float | None = None):
         second = ranked[1] if len(ranked) > 1 else ranked[0]
         margins.append(ce[second][:, i] - ce[ranked[0]][:, i])
     margins = np.stack(margins, 1)
-    return seeds, firsts, margins, judged(beyond_spread(margins, rebuild), ls, len(seeds), rebuild)
+    return seeds, firsts, margins, beyond_spread(margins, rebuild)
 
 
 def lowest_over_budgets(study: dict, rebuild: float | None = None) -> str:
@@ -253,9 +255,11 @@ def lowest_over_budgets(study: dict, rebuild: float | None = None) -> str:
                 and groups[-1]["seeds"] == found[0]:
             groups[-1]["budgets"].append(b)
             groups[-1]["margins"].append(found[2])
+            groups[-1]["real"].append(found[3])
         else:
             groups.append({"row": row, "budgets": [b], "seeds": found and found[0],
-                           "margins": [found[2]] if row is not None else []})
+                           "margins": [found[2]] if row is not None else [],
+                           "real": [found[3]] if row is not None else []})
     parts = []
     for k, g in enumerate(groups):
         at = listed([f"{b}×" for b in g["budgets"]])
@@ -263,7 +267,7 @@ def lowest_over_budgets(study: dict, rebuild: float | None = None) -> str:
             parts.append(f"at {at}, no row is lowest at every length")
             continue
         seeds = f" ({seeds_text(g['seeds'])})" if k == 0 or g["seeds"] != groups[0]["seeds"] else ""
-        real = [beyond_spread(m, rebuild) for m in g["margins"]]
+        real = g["real"]
         if spread_name(len(g["seeds"]), rebuild) is None:
             noise = "one seed, no spread to judge it by"
         elif all(r.all() for r in real):
@@ -276,7 +280,7 @@ def lowest_over_budgets(study: dict, rebuild: float | None = None) -> str:
                  for b, r in zip(g["budgets"], real) if not r.all()])
         by = nats_range(np.concatenate([m.mean(0) for m in g["margins"]]))
         parts.append(f"at {at}{seeds}, {subject(name(g['row']))} is lowest at every length, by "
-                     f"{by} nats ({noise})" if not parts or k == 0 else
+                     f"{by} nats ({noise})" if not parts else
                      f"at {at}{seeds}, {subject(name(g['row']))}, by {by} ({noise})")
     text = "; ".join(parts)
     return text[:1].upper() + text[1:] + "."
