@@ -108,7 +108,7 @@ PARAMETERS: dict[str, Rule] = {
         ("n_freq", 32), ("n_heads", 4), ("grid", 128),
         ("conv_length", 256), ("fit_steps", 600), ("train_steps", 500), ("d_model", 64),
         ("blocks", 1), ("solver_steps", 1), ("seq", 64), ("batch", 4), ("eval_windows", 16),
-        ("curve_windows", 8), ("val_windows", 8), ("check_windows", 8),
+        ("curve_windows", 8), ("refine_windows", 8), ("val_windows", 8), ("check_windows", 8),
         ("dropout_max_steps", 600), ("published_batch", 32), ("published_max_steps", 40),
         ("step_repeats", 2), ("long_length", 5000), ("dopri5_max_steps", 600),
         ("brief_steps", 200), ("dropout_repeats", 3), ("split_d_model", 128),

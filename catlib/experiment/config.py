@@ -66,11 +66,17 @@ class ExperimentConfig:
         """The experiment of a notebook's (or profile's) parameters: each parameter that
         names a field of CATConfig, TrainConfig, EvalConfig or StudyConfig goes to that
         part, ``seeds`` and ``published_seeds`` to the seeds (a single ``seed``: both); others are ignored
-        (a notebook's own settings, e.g. ``check_windows``)."""
+        (a notebook's own settings, e.g. ``check_windows``). The evaluation's ``span_length``
+        is the longest length unless given (every length reads the same text; the
+        published split's rows keep the published protocol: ``grid.span_of``)."""
         parts = {}
         for name, config in PARTS.items():
             names = {f.name for f in dataclasses.fields(config)}
             parts[name] = config(**{k: _plain(v) for k, v in params.items() if k in names})
+        if "span_length" not in params and "lengths" in params:
+            # The book's protocol: every length reads the text its longest length tiles.
+            parts["evaluation"] = parts["evaluation"].replace(
+                span_length=max(parts["evaluation"].lengths))
         seeds = tuple(params.get("seeds", (params.get("seed", 0),)))
         return cls(**parts, seeds=seeds, published_seeds=tuple(params.get("published_seeds",
                                                                           seeds[:1])))

@@ -14,7 +14,7 @@ import torch
 from ..nn.config import CATConfig
 from ..data import Corpus, load_corpus
 from ..measure.config import EvalConfig
-from ..measure.evaluate import context_table, n_windows, window_se
+from ..measure.evaluate import context_table, n_windows, text_span, window_se
 from .config import ExperimentConfig
 from .copy_runs import run_copy_gain  # noqa: F401 (chapter 9's copy test, run in the pool)
 from .ladder import frontier_scoring, ladder_ce, point_steps
@@ -35,6 +35,13 @@ from .rows import (  # noqa: F401 (the rows' names, importable from here as befo
     ODE_CONSISTENT, RANDOM_PASSAGES_SEED, ROPE_LADDER, ROWS, Row, SCHEDULE_CHECK,
     SEEDS_WITH_EXTRA, STUDY, STUDY_DIAGNOSTIC, _BOOK_ROWS, chapter_seeds, configs,
     row_configs, budget_configs)
+
+
+def span_of(label: str, span_length: int | None) -> int | None:
+    """The text a row's lengths read: the book's common span tiled by ``span_length``'s
+    windows (:mod:`catlib.measure.evaluate`), except on the published split, whose rows keep
+    the prototype's protocol (the first windows at each length)."""
+    return None if ROWS[label].split == "published" else span_length
 
 
 def window_cap(length: int, longest: int, eval_windows: int, curve_windows: int | None) -> int:
@@ -89,6 +96,7 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                 specs[key] = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root),
                                   lengths=[tc.seq] if row.study else list(lengths),
                                   eval_windows=ev.eval_windows,
+                                  span_length=span_of(label, ev.span_length),
                                   curve_length=None if row.study else curve_length,
                                   curve_windows=ev.curve_windows or ev.eval_windows,
                                   dropout_on=list(dropout_on or []) if row.published_dropout else [],
@@ -107,7 +115,8 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
     done = run_jobs(specs, owners, _train_job, slots, echo, progress_every)
     out = {}
     for key, spec in specs.items():   # finished now: open each run with its stored evaluation
-        evaluation = EvalConfig(lengths=tuple(spec["lengths"]), eval_windows=ev.eval_windows)
+        evaluation = EvalConfig(lengths=tuple(spec["lengths"]), eval_windows=ev.eval_windows,
+                                span_length=spec["span_length"])
         run = train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
                         root=root, device=device, evaluation=evaluation, progress=False,
                         echo=None)
@@ -134,10 +143,12 @@ def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
                progress_every: float = 30.0) -> dict[tuple[str, int], Run]:
     """:func:`train_grid` from plain parameters (the name and signature of earlier
     versions): ``sizes`` and ``train`` as CATConfig and TrainConfig fields, evaluation at
-    ``lengths``, and with ``curve_length`` the per-position curve at that length."""
+    ``lengths``, and with ``curve_length`` the per-position curve at that length. Every
+    length reads the text the longest one tiles (:func:`span_of`)."""
     curve = curve_length is not None
-    evaluation = EvalConfig(lengths=(*lengths, curve_length) if curve else tuple(lengths),
-                            eval_windows=eval_windows, curve_windows=curve_windows)
+    scored = (*lengths, curve_length) if curve else tuple(lengths)
+    evaluation = EvalConfig(lengths=scored, eval_windows=eval_windows, curve_windows=curve_windows,
+                            span_length=max(scored))
     experiment = ExperimentConfig(CATConfig(**sizes), TrainConfig(**train), evaluation)
     return train_grid(rows, experiment, root=root, device=device, seeds=seeds, curve=curve,
                       dropout_on=dropout_on, jobs=jobs, devices=devices, echo=echo,
@@ -164,16 +175,19 @@ def _train_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
     torch.set_num_threads(1)     # a run's numbers do not depend on how many run beside it
     try:
         tc = TrainConfig(**spec["train"])
+        span = spec.get("span_length")
         run = train_run(CATConfig.from_dict(spec["model"]), tc, root=spec["root"],
-                        device=spec["device"], lengths=spec["lengths"],
-                        eval_windows=spec["eval_windows"], progress=False, echo=None,
+                        device=spec["device"], evaluation=EvalConfig(span_length=span),
+                        lengths=spec["lengths"], eval_windows=spec["eval_windows"],
+                        progress=False, echo=None,
                         on_step=reporter(spec["index"], steps) if "index" in spec else None)
         needs_corpus = spec["curve_length"] or spec["dropout_on"] or spec.get("copy")
         corpus = load_corpus(split=tc.split) if needs_corpus else None
         if spec["curve_length"]:
-            n = n_windows(len(corpus.val), spec["curve_length"], spec["curve_windows"])
+            n = n_windows(len(corpus.val), spec["curve_length"], spec["curve_windows"], span)
             for model_key in tc.models:
-                position_curve(run, model_key, corpus, spec["curve_length"], n, spec["device"])
+                position_curve(run, model_key, corpus, spec["curve_length"], n, spec["device"],
+                               span)
         if spec["dropout_on"]:
             dropout_on_rows(run, corpus, spec["dropout_on"], spec["eval_windows"], spec["device"],
                             curve_length=spec["curve_length"], curve_windows=spec["curve_windows"])
@@ -187,7 +201,8 @@ def _train_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
             lad = spec["ladder"]
             held = corpus if corpus is not None else load_corpus(split=tc.split)
             for step in lad["steps"]:
-                ladder_ce(run, lad["model"], step, held, lad["lengths"], lad["caps"], spec["device"])
+                ladder_ce(run, lad["model"], step, held, lad["lengths"], lad["caps"], spec["device"],
+                          span_length=span)
         return {"name": run.path.name, "reused": run.reused}
     finally:
         torch.set_num_threads(threads)
@@ -203,25 +218,27 @@ def scores(runs: dict, label: str, seeds: Iterable[int]) -> tuple[np.ndarray, np
 
 
 def position_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_windows: int,
-                   device=None) -> np.ndarray:
-    """Per-position CE ``[length]`` of one model of a run (see :func:`position_ce`).
+                   device=None, span_length: int | None = None) -> np.ndarray:
+    """Per-position CE ``[length]`` of one model of a run (see :func:`position_ce`; with
+    ``span_length``, on the book's common span).
 
     Stored in the run directory beside its evaluation, valid for the weights and the
     code that computed it, so that the chapters that draw it and a rebuild reuse it.
     """
-    return np.array(_stored_curve(run, model_key, corpus, length, n_windows, device)["positions"],
-                    dtype=float)
+    return np.array(_stored_curve(run, model_key, corpus, length, n_windows, device,
+                                  span_length)["positions"], dtype=float)
 
 
 def curve_se(run: Run, model_key: str, corpus: Corpus, length: int, n_windows: int,
-             device=None) -> float:
+             device=None, span_length: int | None = None) -> float:
     """The standard error from window sampling of the mean of :func:`position_curve` (the
     CE at ``length``), from the same stored scoring (:func:`~catlib.measure.evaluate.window_se`)."""
-    return window_se(_stored_curve(run, model_key, corpus, length, n_windows, device)["windows"])
+    return window_se(_stored_curve(run, model_key, corpus, length, n_windows, device,
+                                   span_length)["windows"])
 
 
 def _stored_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_windows: int,
-                  device=None) -> dict:
+                  device=None, span_length: int | None = None) -> dict:
     """``{"positions": [length], "windows": [n]}``: the per-position CE of one model of a run
     and each window's CE, computed once and stored with the run."""
     check_split(run, corpus)
@@ -232,10 +249,12 @@ def _stored_curve(run: Run, model_key: str, corpus: Corpus, length: int, n_windo
     ident = {"weights": weights_digest({model_key: model}),
              "code": code_fingerprint() + code_fingerprint(("measure.extrapolation",)),
              "length": length, "windows": n_windows}
+    if span_length is not None:
+        ident["span_length"] = span_length
 
     def scored():
         positions, by_window = position_ce(model, corpus.val, length, n_windows, device=device,
-                                           per_window=True)
+                                           per_window=True, span_length=span_length)
         return {"positions": positions.tolist(), "windows": by_window.tolist()}
     return stored_with_run(run, f"positions-{model_key}-{length}x{n_windows}.json", ident, scored)
 
@@ -267,8 +286,10 @@ def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
     return stored_with_run(run, "eval-dropout-on.json", ident, table)
 
 
-def run_refinement(run, corpus, length: int, eval_windows: int, finer=FINER, device=None) -> dict:
-    """:func:`~catlib.measure.refinement.refinement` of a run's CAT on ``corpus.val``, stored in the run directory
+def run_refinement(run, corpus, length: int, eval_windows: int, finer=FINER, device=None,
+                   span_length: int | None = None) -> dict:
+    """:func:`~catlib.measure.refinement.refinement` of a run's CAT on ``corpus.val`` (with
+    ``span_length``, on windows spread over the book's common span), stored in the run directory
     beside its evaluation (valid for the weights, the code and the settings), so that a
     chapter and a rebuild reuse it. ``run``: a :class:`~catlib.runs.Run` that trained "cat"."""
     check_split(run, corpus)
@@ -280,9 +301,11 @@ def run_refinement(run, corpus, length: int, eval_windows: int, finer=FINER, dev
     ident = {"weights": weights_digest({"cat": cat}),
              "code": code_fingerprint() + code_fingerprint(("measure.refinement",)),
              "length": length, "windows": eval_windows, "finer": [list(f) for f in finer]}
+    if span_length is not None:
+        ident["span_length"] = span_length
     return stored_with_run(run, f"refinement-{length}x{eval_windows}.json", ident,
                             lambda: refinement(cat, corpus.val, length, eval_windows, finer,
-                                               device=device))
+                                               device=device, span_length=span_length))
 
 
 def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest: int,
@@ -294,15 +317,18 @@ def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
     last, the mean of the per-position curve at ``longest`` (the same windows, so the same
     number as the published protocol); ``leak[label]`` is ``[seeds]``; ``curves[label]`` is
     ``[seeds, longest]``, on at most ``curve_windows`` windows (default ``eval_windows``).
-    ``seeds``: a list or a function of the label; ``corpus``: ``{split: Corpus}``.
+    ``seeds``: a list or a function of the label; ``corpus``: ``{split: Corpus}``. Rows
+    off the published split read the book's common span, tiled by ``longest``'s windows
+    (:func:`span_of`).
     """
     seeds_of = _seeds_of(seeds)
     ce, leak, curves = {}, {}, {}
     for label in labels:
         row, split_corpus = ROWS[label], corpus[ROWS[label].split]
-        n = n_windows(len(split_corpus.val), longest, curve_windows or eval_windows)
+        span = span_of(label, longest)
+        n = n_windows(len(split_corpus.val), longest, curve_windows or eval_windows, span)
         curves[label] = np.array([position_curve(runs[label, s], row.model, split_corpus, longest,
-                                                 n, device) for s in seeds_of(label)])
+                                                 n, device, span) for s in seeds_of(label)])
         short, leak[label] = scores(runs, label, seeds_of(label))
         ce[label] = np.concatenate([short, curves[label].mean(1, keepdims=True)], axis=1)
     return ce, leak, curves
@@ -312,27 +338,35 @@ def table_errors(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
                  eval_windows: int, device=None,
                  curve_windows: int | None = None) -> tuple[dict, dict]:
     """What window sampling leaves uncertain in :func:`table_scores`' CEs, as
-    :func:`~catlib.common.verdicts.window_error` reads it: ``(windows, se)``, ``windows``
-    ``{length: n}`` (the windows every row reads there) and ``se`` ``{length: [standard
-    error of each row's CE per seed]}`` (NaN where a length was not scored). Read from the
-    stored evaluation and the stored per-position scoring: nothing is computed twice.
-    ``longest`` None: the stored evaluation's lengths only (rows scored at those alone)."""
+    :func:`~catlib.common.verdicts.window_error` reads it: ``(reads, se)``, ``reads``
+    ``{split: {"windows": {length: n}, "span": characters or None}}`` (the windows the rows
+    of each split read, and the common span they are spread over, :func:`span_of`) and ``se``
+    ``{length: [standard error of each row's CE per seed]}`` (NaN where a length was not
+    scored). Read from the stored evaluation and the stored per-position scoring: nothing is
+    computed twice. ``longest`` None: the stored evaluation's lengths only (rows scored at
+    those alone); the span is then the one their evaluation recorded."""
     seeds_of = _seeds_of(seeds)
-    windows, se = {}, {}
+    reads, se = {}, {}
     for label in labels:
         row, split_corpus = ROWS[label], corpus[ROWS[label].split]
+        n_val = len(split_corpus.val)
         for s in seeds_of(label):
-            for r in runs[label, s].result["rows"]:
+            result = runs[label, s].result
+            span_length = span_of(label, longest) if longest is not None else \
+                result.get("settings", {}).get("span_length")
+            read = reads.setdefault(row.split, {
+                "windows": {}, "span": text_span(n_val, span_length) if span_length else None})
+            for r in result["rows"]:
                 if "windows" in r:
-                    windows[r["len"]] = r["windows"]
+                    read["windows"][r["len"]] = r["windows"]
                 se.setdefault(r["len"], []).append(
                     np.nan if r.get(f"{row.model}_se") is None else r[f"{row.model}_se"])
             if longest is not None:
-                windows[longest] = n_windows(len(split_corpus.val), longest,
-                                             curve_windows or eval_windows)
+                n = read["windows"][longest] = n_windows(n_val, longest,
+                                                         curve_windows or eval_windows, span_length)
                 se.setdefault(longest, []).append(curve_se(
-                    runs[label, s], row.model, split_corpus, longest, windows[longest], device))
-    return windows, se
+                    runs[label, s], row.model, split_corpus, longest, n, device, span_length))
+    return reads, se
 
 
 # The tables a notebook writes as JSON parts, merged into results/<kind>_<profile>.json.

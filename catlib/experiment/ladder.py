@@ -73,21 +73,23 @@ def point_run(run, step: int):
     return run
 
 
-def ladder_ce(run, model_key: str, step: int, corpus, lengths, caps, device=None) -> dict:
+def ladder_ce(run, model_key: str, step: int, corpus, lengths, caps, device=None,
+              span_length: int | None = None) -> dict:
     """CE ``{length: ce}`` of the weights ``run`` kept after ``step`` steps at each of
     ``lengths`` on at most ``caps[i]`` windows (:func:`ladder_scores`)."""
     return {L: s["ce"] for L, s in ladder_scores(run, model_key, step, corpus, lengths, caps,
-                                                 device).items()}
+                                                 device, span_length=span_length).items()}
 
 
 def ladder_scores(run, model_key: str, step: int, corpus, lengths, caps, device=None,
-                  split: str = "val") -> dict:
+                  split: str = "val", span_length: int | None = None) -> dict:
     """``{length: {"ce", "se", "windows"}}`` of the weights ``run`` kept after ``step`` steps
     at each of ``lengths`` on at most ``caps[i]`` windows of the corpus' ``split`` ("val";
     "train": the first characters of the training split, as many as the validation split
     holds, so that both read the same number of windows)
     (:func:`catlib.measure.evaluate.cross_entropy`; ``se``: the standard error from window
-    sampling), stored with the run (valid for the weights, the code and the settings)."""
+    sampling), stored with the run (valid for the weights, the code and the settings).
+    ``span_length``: every length reads the same text (:mod:`catlib.measure.evaluate`)."""
     from ..measure.evaluate import cross_entropy
     from ..common.provenance import code_fingerprint
     from ..runs import stored_with_run, weights_digest
@@ -97,13 +99,16 @@ def ladder_scores(run, model_key: str, step: int, corpus, lengths, caps, device=
     ident = {"weights": weights_digest({model_key: model}),
              "code": code_fingerprint() + code_fingerprint(("experiment.ladder",)),
              "step": step, "lengths": list(lengths), "windows": list(caps)}
+    if span_length is not None:
+        ident["span_length"] = span_length
     name = f"ladder-ce-{step}-{model_key}.json" if split == "val" else \
         f"ladder-{split}-ce-{step}-{model_key}.json"
 
     def score():
         out = {}
         for L, n in zip(lengths, caps):
-            found = cross_entropy(model, text, L, eval_windows=n, device=device)
+            found = cross_entropy(model, text, L, eval_windows=n, device=device,
+                                  span_length=span_length)
             out[str(L)] = {k: found[k] for k in ("ce", "se", "windows")}
         return out
     return stored_with_run(run, name, ident, score)
@@ -121,7 +126,7 @@ def step_train_flops(run, model_key: str, step: int) -> tuple[float, float]:
 
 
 def ladder_point(at: list, model_key: str, corpus, lengths, caps, device=None,
-                 train_length: int | None = None) -> dict:
+                 train_length: int | None = None, span_length: int | None = None) -> dict:
     """One point of a frontier from the weights of several seeds' runs: ``at`` lists
     ``(run, step)``, one per seed. ``{"train_flops", "seconds"}`` (the mean over the seeds of
     :func:`step_train_flops`), ``"ce": {"<length>": [CE per seed]}``, ``"se"`` (the same,
@@ -130,7 +135,8 @@ def ladder_point(at: list, model_key: str, corpus, lengths, caps, device=None,
     on as many windows of the training split at that length (where a row overfits).
     Chapter 10's frontier and the scale study build their points here."""
     counted = [step_train_flops(run, model_key, step) for run, step in at]
-    scores = [ladder_scores(run, model_key, step, corpus, lengths, caps, device) for run, step in at]
+    scores = [ladder_scores(run, model_key, step, corpus, lengths, caps, device,
+                            span_length=span_length) for run, step in at]
     point = {"train_flops": float(np.mean([c[0] for c in counted])),
              "seconds": float(np.mean([c[1] for c in counted])),
              "ce": {str(L): [s[str(L)]["ce"] for s in scores] for L in lengths},
@@ -139,6 +145,6 @@ def ladder_point(at: list, model_key: str, corpus, lengths, caps, device=None,
     if train_length is not None:
         cap = caps[list(lengths).index(train_length)]
         seen = [ladder_scores(run, model_key, step, corpus, [train_length], [cap], device,
-                              split="train") for run, step in at]
+                              split="train", span_length=span_length) for run, step in at]
         point["train_ce"] = {str(train_length): [s[str(train_length)]["ce"] for s in seen]}
     return point

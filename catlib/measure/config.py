@@ -21,7 +21,10 @@ class EvalConfig:
     ``batch_tokens``: tokens per forward pass (1: the published batch of one window);
     ``leak_length``: the sequence length of the leak score; ``dropout_in_eval``: dropout
     on, as the published script evaluates; ``curve_windows``: the cap on windows at the
-    longest length when it is scored per position (None: ``eval_windows``).
+    longest length when it is scored per position (None: ``eval_windows``);
+    ``span_length``: every length reads the same text, the span the windows of this length
+    tile, windows spread evenly over it (:mod:`catlib.measure.evaluate`; None: the published
+    protocol, the first windows at each length).
     """
 
     lengths: tuple = PUBLISHED_LENGTHS
@@ -30,6 +33,7 @@ class EvalConfig:
     leak_length: int = 64
     dropout_in_eval: bool = False
     curve_windows: int | None = None
+    span_length: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.lengths, (list, int)):  # from JSON, or a single length

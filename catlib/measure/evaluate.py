@@ -1,8 +1,17 @@
-"""Context-length evaluation (the published protocol), a bigram floor and the leak score.
+"""Context-length evaluation (the published protocol and the book's), a bigram floor and the
+leak score.
 
 Published protocol, for each context length L: windows start at k*L, k = 0..n-1, with
 n = (len(val) - L - 1) // L capped at ``eval_windows``; each window has L + 1 ids, the
 model reads the first L and is scored on the last L; CE = summed CE / (n * L), PPL = exp(CE).
+Its first windows read easier than the rest of the split, and each length reads another
+stretch of text (the first 16,384 characters at 128, every window at 5000).
+
+The book's protocol (``span_length`` set, issue 53): every length reads the same text, the
+span that the windows of ``span_length`` (the longest length scored) tile,
+S = n_windows(len(val), span_length) * span_length characters. Length L tiles it with
+S // L non-overlapping windows; capped at ``eval_windows``, that many are taken spread
+evenly over the span (:func:`window_starts`), never the first ones.
 
 CEs are summed in float64 on the CPU when the model runs on MPS (which has no float64).
 A NaN or infinite CE never reaches a table: :func:`context_table` stores None and names
@@ -21,14 +30,39 @@ from .config import DEFAULTS, PUBLISHED_LENGTHS  # noqa: F401 (its earlier home)
 TABLE_HEADER = "len | CAT CE | PPL | Bas CE | PPL | dCE"
 
 
-def n_windows(n_val: int, length: int, eval_windows: int) -> int:
-    """Number of evaluation windows of length ``length``: (n_val - L - 1) // L, capped."""
-    return max(0, min((n_val - length - 1) // length, eval_windows))
+def n_windows(n_val: int, length: int, eval_windows: int, span_length: int | None = None) -> int:
+    """Number of evaluation windows of length ``length``: the published (n_val - L - 1) // L,
+    or with ``span_length`` the windows tiling the common span (module docstring); capped."""
+    if span_length is None:
+        return max(0, min((n_val - length - 1) // length, eval_windows))
+    return max(0, min(text_span(n_val, span_length) // length, eval_windows))
 
 
-def windows(val: torch.Tensor, length: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Non-overlapping windows: inputs x and targets y, int64 [n, length] each."""
-    idx = torch.arange(n)[:, None] * length + torch.arange(length + 1)
+def text_span(n_val: int, span_length: int) -> int:
+    """Characters every length reads under the book's protocol: those the windows of
+    ``span_length`` tile (each window also needs the id after it, as the published count)."""
+    return max(0, (n_val - span_length - 1) // span_length) * span_length
+
+
+def window_starts(n_val: int, length: int, n: int, span_length: int | None = None) -> torch.Tensor:
+    """Where each of ``n`` windows of ``length`` starts, int64 ``[n]``: the first ``n``
+    (published protocol), or with ``span_length`` ``n`` of the span's tiles spread evenly
+    (all of them when ``n`` is their number), first and last included."""
+    if span_length is None:
+        return torch.arange(n) * length
+    tiles = text_span(n_val, span_length) // length
+    if n > tiles:
+        raise ValueError(f"{n} windows of {length} asked for, the span holds {tiles}")
+    # Evenly spread tile indices; distinct because n <= tiles.
+    idx = torch.div(torch.arange(n) * max(tiles - 1, 0), max(n - 1, 1), rounding_mode="floor")
+    return idx * length
+
+
+def windows(val: torch.Tensor, length: int, n: int,
+            span_length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-overlapping windows (:func:`window_starts`): inputs x and targets y, int64
+    [n, length] each."""
+    idx = window_starts(len(val), length, n, span_length)[:, None] + torch.arange(length + 1)
     w = val[idx]
     return w[:, :-1], w[:, 1:]
 
@@ -106,8 +140,9 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
                   dropout_in_eval: bool = DEFAULTS.dropout_in_eval,
                   batch_tokens: int = DEFAULTS.batch_tokens,
                   device: str | torch.device | None = None,
-                  seed: int | None = None) -> dict:
-    """Published-protocol CE of ``model`` (forward(tokens [B, L]) -> (logits [B, L, V], _)).
+                  seed: int | None = None, span_length: int | None = None) -> dict:
+    """CE of ``model`` (forward(tokens [B, L]) -> (logits [B, L, V], _)) on the windows of the
+    published protocol, or of the book's with ``span_length`` (module docstring).
 
     Windows are batched, :func:`windows_per_batch` per forward pass; pass
     ``batch_tokens=1`` for the published batch of one (an adaptive solver's step control
@@ -122,11 +157,11 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
     if length < 1 or eval_windows < 1 or batch_tokens < 1:
         raise ValueError(f"length, eval_windows and batch_tokens must be positive, got "
                          f"{length}, {eval_windows}, {batch_tokens}")
-    n = n_windows(len(val), length, eval_windows)
+    n = n_windows(len(val), length, eval_windows, span_length)
     if n == 0:
         return {"len": length, "skipped": _skip_reason(len(val), length)}
     device = torch.device(device or next(model.parameters()).device)
-    x, y = windows(val, length, n)
+    x, y = windows(val, length, n, span_length)
     per_batch = windows_per_batch(length, batch_tokens)
     total, per_window = 0.0, []
     with eval_mode(model, dropout_in_eval), torch.inference_mode(), \
@@ -154,19 +189,19 @@ def window_se(per_window) -> float:
 
 def bigram_ce(train: torch.Tensor, val: torch.Tensor, length: int,
               eval_windows: int = DEFAULTS.eval_windows,
-              vocab_size: int | None = None, alpha: float = 1.0) -> float | None:
+              vocab_size: int | None = None, alpha: float = 1.0, span_length: int | None = None) -> float | None:
     """CE of a character-bigram count model (add-``alpha`` smoothing, fitted on ``train``)
     on the same windows as :func:`cross_entropy`; a floor row for every results table.
     Returns None when the length is skipped."""
     V = vocab_size or int(max(train.max(), val.max())) + 1
-    n = n_windows(len(val), length, eval_windows)
+    n = n_windows(len(val), length, eval_windows, span_length)
     if n == 0:
         return None
     counts = torch.zeros(V, V, dtype=torch.float64)
     counts.index_put_((train[:-1], train[1:]), torch.ones(len(train) - 1, dtype=torch.float64),
                       accumulate=True)
     logp = ((counts + alpha) / (counts.sum(1, keepdim=True) + alpha * V)).log()
-    x, y = windows(val, length, n)
+    x, y = windows(val, length, n, span_length)
     return -logp[x.reshape(-1), y.reshape(-1)].mean().item()
 
 
@@ -176,7 +211,7 @@ def context_table(cat: torch.nn.Module | None, baseline: torch.nn.Module | None,
                   dropout_in_eval: bool = DEFAULTS.dropout_in_eval,
                   batch_tokens: int = DEFAULTS.batch_tokens,
                   train: torch.Tensor | None = None, device=None,
-                  seed: int | None = None) -> list[dict]:
+                  seed: int | None = None, span_length: int | None = None) -> list[dict]:
     """The published results table as a list of rows, one per context length.
 
     Row keys: len, cat_ce, cat_ppl, cat_se, base_ce, base_ppl, base_se, dce (= base - CAT),
@@ -184,13 +219,15 @@ def context_table(cat: torch.nn.Module | None, baseline: torch.nn.Module | None,
     window sampling, :func:`window_se`); or len and skipped (the reason). A model passed as
     None (a run that trained only the other) has None in its columns and in dce; so has a
     model whose CE is NaN or infinite, which the row also names in ``nonfinite``.
+    ``span_length``: the book's protocol (module docstring; None: the published one).
     ``seed`` seeds the dropout masks of ``dropout_in_eval`` (see :func:`cross_entropy`).
     """
     rows = []
     for L in lengths:
         kw = dict(eval_windows=eval_windows, dropout_in_eval=dropout_in_eval,
-                  batch_tokens=batch_tokens, device=device, seed=seed)
-        if n_windows(len(val), L, eval_windows) == 0:
+                  batch_tokens=batch_tokens, device=device, seed=seed,
+                  span_length=span_length)
+        if n_windows(len(val), L, eval_windows, span_length) == 0:
             rows.append({"len": L, "skipped": _skip_reason(len(val), L)})
             continue
         row = {"len": L}
@@ -202,11 +239,11 @@ def context_table(cat: torch.nn.Module | None, baseline: torch.nn.Module | None,
                 ce = None
             row[f"{key}_ce"], row[f"{key}_ppl"] = ce, (math.exp(ce) if ce is not None else None)
             row[f"{key}_se"] = r.get("se") if ce is not None else None
-            row["windows"] = r.get("windows", n_windows(len(val), L, eval_windows))
+            row["windows"] = r.get("windows", n_windows(len(val), L, eval_windows, span_length))
         both = row["cat_ce"] is not None and row["base_ce"] is not None
         row["dce"] = row["base_ce"] - row["cat_ce"] if both else None
         if train is not None:
-            row["bigram_ce"] = bigram_ce(train, val, L, eval_windows)
+            row["bigram_ce"] = bigram_ce(train, val, L, eval_windows, span_length=span_length)
         rows.append(row)
     return rows
 

@@ -29,11 +29,12 @@ SUMMARY_LENGTHS = ("128", "512", "1024", "5000")
 
 def position_ce(model: torch.nn.Module, val: torch.Tensor, length: int = 5000,
                 n_windows: int = 16, device=None, batch: int = 1,
-                per_window: bool = False):
+                per_window: bool = False, span_length: int | None = None):
     """Mean cross-entropy at each position, float64 ``[length]`` on the CPU.
 
-    ``val [N]`` int64 ids. Windows are those of :func:`catlib.measure.evaluate.windows`: window k
-    starts at k * length, at most ``n_windows`` of them; the model reads w[:length] and
+    ``val [N]`` int64 ids. Windows are those of :func:`catlib.measure.evaluate.windows`
+    (the published first ones, or with ``span_length`` spread over the book's common span),
+    at most ``n_windows`` of them; the model reads w[:length] and
     position p (0-based) is scored on predicting w[p + 1]. ``batch`` windows per forward
     pass. Eval mode and ``torch.inference_mode``; the model's mode is restored after.
     The mean over positions equals ``evaluate.cross_entropy(...)["ce"]`` on the same windows.
@@ -43,11 +44,11 @@ def position_ce(model: torch.nn.Module, val: torch.Tensor, length: int = 5000,
     if length < 1 or n_windows < 1 or batch < 1:
         raise ValueError(f"length, n_windows and batch must be positive, got "
                          f"{length}, {n_windows}, {batch}")
-    n = evaluate.n_windows(len(val), length, n_windows)
+    n = evaluate.n_windows(len(val), length, n_windows, span_length)
     if n == 0:
         raise ValueError(f"position_ce at length {length} {evaluate._skip_reason(len(val), length)}")
     device = device or next(model.parameters()).device
-    x, y = evaluate.windows(val, length, n)
+    x, y = evaluate.windows(val, length, n, span_length)
     total = torch.zeros(length, dtype=torch.float64)
     by_window = []
     with evaluate.eval_mode(model, False), torch.inference_mode():

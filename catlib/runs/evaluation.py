@@ -38,19 +38,22 @@ def _check_code(run: Run, allow_other_code: bool) -> None:
 
 def eval_settings(lengths, eval_windows: int, dropout_in_eval: bool,
                   leak_length: int = DEFAULTS.leak_length,
-                  dropout_seed: int = 0) -> dict:
+                  dropout_seed: int = 0, span_length: int | None = None) -> dict:
     """The evaluation settings recorded in eval.json (a stored evaluation is reused only
-    for the same settings)."""
-    return {"lengths": list(lengths), "eval_windows": eval_windows,
-            "dropout_in_eval": dropout_in_eval, "leak_length": leak_length,
-            "dropout_seed": dropout_seed if dropout_in_eval else None}
+    for the same settings); ``span_length`` only where set (the book's protocol), so that a
+    published-protocol evaluation keeps its settings."""
+    settings = {"lengths": list(lengths), "eval_windows": eval_windows,
+                "dropout_in_eval": dropout_in_eval, "leak_length": leak_length,
+                "dropout_seed": dropout_seed if dropout_in_eval else None}
+    return settings if span_length is None else {**settings, "span_length": span_length}
 
 
 def evaluate_run(run: Run, lengths=DEFAULTS.lengths, eval_windows: int = DEFAULTS.eval_windows,
                  dropout_in_eval: bool = DEFAULTS.dropout_in_eval,
                  batch_tokens: int = DEFAULTS.batch_tokens, device="cpu",
                  corpus: Corpus | None = None, leak_length: int = DEFAULTS.leak_length, data=None,
-                 allow_other_code: bool = False, dropout_seed: int = 0) -> dict:
+                 allow_other_code: bool = False, dropout_seed: int = 0,
+                 span_length: int | None = None) -> dict:
     """Evaluate a run's models and write ``eval.json`` and ``eval.csv``; return the result.
 
     Result: {"rows": context_table rows, "leak": {"cat", "base"} (None: not trained or
@@ -58,6 +61,7 @@ def evaluate_run(run: Run, lengths=DEFAULTS.lengths, eval_windows: int = DEFAULT
     scored), "code" (fingerprint of the evaluating code), "device", "nonfinite"}.
     With ``dropout_in_eval`` the dropout masks are seeded by ``dropout_seed`` (recorded),
     so that two evaluations agree; the global RNG state is restored afterwards.
+    ``span_length``: the book's protocol (:mod:`catlib.measure.evaluate`).
     Refuses (RunError) a run trained by other code unless ``allow_other_code``, bad
     settings, and an unreadable eval.json (never overwritten).
     """
@@ -75,12 +79,13 @@ def evaluate_run(run: Run, lengths=DEFAULTS.lengths, eval_windows: int = DEFAULT
         models, step = run.load_weights(device)
         rows = context_table(models["cat"], models["base"], corpus.val, lengths, eval_windows,
                              dropout_in_eval, batch_tokens, train=corpus.train, device=device,
-                             seed=dropout_seed if dropout_in_eval else None)
+                             seed=dropout_seed if dropout_in_eval else None,
+                             span_length=span_length)
         leak, nonfinite = _leak_scores(models, rows, len(corpus.vocab), leak_length, device)
         result = {"rows": rows, "leak": leak, "step": step, "weights": weights_digest(models),
                   "code": code_fingerprint(), "nonfinite": nonfinite,
                   "settings": eval_settings(lengths, eval_windows, dropout_in_eval, leak_length,
-                                            dropout_seed),
+                                            dropout_seed, span_length),
                   "device": str(device)}
         _write_json(run.path / "eval.json", result)
         _write_eval_csv(run.path / "eval.csv", rows)

@@ -1,0 +1,92 @@
+"""Issue 53's protocol: every causal length reads the same text, spread over the whole span
+that the longest length's windows tile; the published rows keep the published windows."""
+import torch
+
+from catlib.book.profiles import experiment
+from catlib.common.verdicts import prose_problems, window_error
+from catlib.experiment.grid import span_of
+from catlib.measure.evaluate import cross_entropy, n_windows, text_span, window_starts, windows
+
+N_VAL = 111_540          # the 90/10 split's validation characters
+
+
+def _targets(length, cap, span_length, n_val=N_VAL):
+    """The positions of the validation split scored at ``length`` (targets w[1:])."""
+    n = n_windows(n_val, length, cap, span_length)
+    starts = window_starts(n_val, length, n, span_length)
+    return starts, (starts[:, None] + torch.arange(1, length + 1)).reshape(-1)
+
+
+def test_the_cpu_profile_reads_the_same_characters_at_128_and_5000():
+    # Fails on the first-windows protocol: 128 windows of 128 cover characters 1-16,384,
+    # 21 windows of 5000 cover 1-105,000.
+    ev = experiment("cpu").evaluation
+    assert ev.span_length == 5000
+    _, short = _targets(128, ev.eval_windows, ev.span_length)
+    _, long = _targets(5000, ev.curve_windows or ev.eval_windows, ev.span_length)
+    assert abs(int(short.min()) - int(long.min())) < 5000
+    assert abs(int(short.max()) - int(long.max())) < 5000
+    assert len(set(short.tolist())) == len(short)          # non-overlapping windows
+
+
+def test_every_length_tiles_the_span_of_the_longest():
+    span = text_span(N_VAL, 5000)
+    assert span == 105_000
+    assert [n_windows(N_VAL, L, 10**6, 5000) for L in (128, 512, 1024, 5000)] == [820, 205, 102, 21]
+
+
+def test_a_capped_length_spreads_its_windows_over_the_span_not_its_beginning():
+    span = text_span(N_VAL, 5000)
+    for cap in (2, 7, 128, 819):
+        starts, _ = _targets(128, cap, 5000)
+        assert len(starts) == cap == len(set(starts.tolist()))
+        assert int(starts[0]) == 0 and int(starts[-1]) == (span // 128 - 1) * 128
+        gaps = starts.diff()
+        assert int(gaps.max()) - int(gaps.min()) <= 128          # evenly spread
+
+
+def test_the_published_protocol_keeps_the_first_windows():
+    starts, _ = _targets(128, 4, None)
+    assert starts.tolist() == [0, 128, 256, 384]
+    assert n_windows(N_VAL, 5000, 10**6) == 21
+
+
+def test_published_split_rows_keep_the_published_protocol():
+    assert span_of("published CAT", 5000) is None
+    assert span_of("ALiBi baseline", 5000) == 5000
+
+
+def test_cross_entropy_reads_the_windows_it_says():
+    # A "model" that bets the next id repeats the current one: its CE depends on which
+    # windows are read, so reading other windows than window_starts gives another number.
+    val = torch.randint(0, 5, (4000,), generator=torch.Generator().manual_seed(0))
+
+    class Repeat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))   # a device for cross_entropy
+
+        def forward(self, x):                               # [B, L] -> ([B, L, 5], None)
+            return 2.0 * torch.nn.functional.one_hot(x, 5).float(), None
+
+    model = Repeat()
+    got = cross_entropy(model, val, 50, eval_windows=6, span_length=500)
+    x, y = windows(val, 50, 6, 500)
+    want = torch.nn.functional.cross_entropy(model(x)[0].reshape(-1, 5).double(), y.reshape(-1))
+    first = cross_entropy(model, val, 50, eval_windows=6)
+    assert got["windows"] == 6
+    assert abs(got["ce"] - float(want)) < 1e-9
+    assert abs(first["ce"] - got["ce"]) > 1e-6      # the published windows are others
+
+
+def test_window_error_says_paired_only_within_one_split():
+    one = window_error({"90/10": {"windows": {128: 820, 5000: 21}, "span": 105_000}},
+                       {128: [0.01, 0.012], 5000: [0.02]})
+    assert "same 105,000 characters" in one and "are paired" in one
+    two = window_error({"published": {"windows": {128: 128, 5000: 1}, "span": None},
+                        "90/10": {"windows": {128: 820, 5000: 21}, "span": 105_000}},
+                       {128: [0.01], 5000: [0.0, 0.02]})
+    assert "paired only within a split" in two and "so the differences between rows are paired" not in two
+    assert "first windows" in two and "128 windows at 128" in two and "820 windows at 128" in two
+    assert "one window: no standard error" in two and "0.000" not in two
+    assert not prose_problems(one + " " + two, [])
