@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from catlib.book.publish import equal_compute_summary
-from catlib.common.verdicts import beyond_spread, prose_problems, verdict, verdict_table, window_error
+from catlib.common.verdicts import (called, change_words, interval, nats_range, pair_error, prose_problems,
+                                    short_lead, t_quantile, verdict, verdict_table, window_error)
 from catlib.experiment import frontier as fr
 from catlib.experiment.grid import AS_LAYERS, AS_STEPS, ROWS
 
@@ -59,30 +60,75 @@ def test_every_verdict_reads_as_a_sentence(diff, lengths, first, second, rebuild
 def test_a_verdict_names_the_leader_the_range_and_the_noise_in_words():
     diff = np.array([[0.12, 0.13, 0.14], [0.125, 0.13, 0.139], [0.118, 0.131, 0.141]])
     text = verdict(diff, [128, 512, 1024], KERPLE, ALIBI, rebuild=0.009)
-    assert text == ("the ALiBi baseline leads at every length, by 0.12-0.14 nats, more than the "
-                    "spread over seeds and over rebuilds.")
-    noisy = verdict(diff * 0.01, [128, 512, 1024], KERPLE, ALIBI, rebuild=0.009)
-    assert "within the spread over seeds and over rebuilds" in noisy and "real" not in noisy
+    assert text == ("the ALiBi baseline leads at every length, by 0.12-0.14 nats, called (95 % "
+                    "interval excludes zero).")
+    noisy = verdict([[0.004, -0.002, 0.003], [-0.003, 0.004, -0.002], [0.002, 0.001, 0.004]],
+                    [128, 512, 1024], KERPLE, ALIBI, rebuild=0.009)
+    assert "not called (95 % interval includes zero)" in noisy and "spread" not in noisy
 
 
 def test_where_the_lengths_disagree_each_row_is_named_once_with_its_lengths():
-    diff = np.array([[0.05, 0.03, -0.03], [0.04, 0.0, -0.02]])
-    text = verdict(diff, [128, 512, 1024], KERPLE, AS_STEPS, rebuild=0.009)
+    diff = np.array([[0.05, 0.03, -0.03], [0.04, 0.0, -0.02], [0.045, 0.015, -0.025]])
+    text = verdict(diff, [128, 512, 1024], KERPLE, AS_STEPS)
     assert text.startswith(f"the {AS_STEPS}, is lower at 128 and 512, by ")
     assert f"; the {KERPLE} at 1024, by 0.025 nats" in text
-    assert "at 128 and 1024 only" in text    # 0.015 at 512 is within its spread over seeds
-    table = verdict_table(diff, [128, 512, 1024], KERPLE, AS_STEPS, rebuild=0.009)
+    assert "called (95 % interval excludes zero) at 128 and 1024 only" in text   # 512: 0.015 ± 0.037
+    table = verdict_table(diff, [128, 512, 1024], KERPLE, AS_STEPS)
     assert table.splitlines()[2:] == [f"| 128 | {AS_STEPS} | 0.045 | yes |",
                                       f"| 512 | {AS_STEPS} | 0.015 | no |",
                                       f"| 1024 | {KERPLE} | 0.025 | yes |"]
 
 
-def test_real_lengths_is_the_verdicts_rule():
-    diff = np.array([[0.05, 0.03, 0.0], [0.04, 0.0, 0.001], [0.045, 0.015, 0.02]])
-    assert fr.real_lengths(diff, [1, 2, 3], 0.009) == [1]      # 2: spread, 3: rebuild
-    assert beyond_spread(diff, 0.009).tolist() == [True, False, False]
-    assert fr.real_lengths(diff[:, 2:], [3], None) == []
-    assert fr.real_lengths(diff[:1], [1, 2, 3], 0.009) == [1, 2]   # one seed: the rebuild only
+def test_one_rule_calls_a_difference_when_its_paired_interval_excludes_zero():
+    """Issue 53's fixtures. The old rule (mean above max(seed SD, 0.009)) called the first
+    "beyond the spread" and left the second "within" (below the 0.009 floor)."""
+    wide = np.array([[0.017], [0.002], [0.017]])            # mean 0.012, t = 2.4 on 2 df
+    assert called(wide).tolist() == [False]
+    mean, half = interval(wide)
+    assert mean[0] == pytest.approx(0.012) and half[0] == pytest.approx(4.303 * 0.0087 / 3 ** 0.5, rel=1e-2)
+    tight = np.array([[0.006], [0.008], [0.007]])            # mean 0.007, seed SD 0.001
+    assert called(tight, window=[0.0005]).tolist() == [True]
+    assert called(tight, window=[0.003]).tolist() == [False]     # the window error can undo it
+    # one seed, or a NaN: no interval, never "beyond"
+    assert called(np.array([[0.05, 1e-4]])).tolist() == [False, False]
+    assert np.isnan(interval(np.array([[0.05]]))[1]).all()
+    assert called(np.array([[0.05, np.nan], [0.05, 0.1], [0.05, 0.1]])).tolist() == [True, False]
+    one = verdict(np.array([[1e-4, 0.2]]), [128, 5000], KERPLE, ALIBI)
+    assert one.endswith("not called (one seed: no interval).") and "called (95" not in one
+    # every user of the rule: chapter 10's real lengths, the verdict's words
+    assert fr.real_lengths(np.hstack([tight, wide]), [128, 5000], window=[0.0005, 0.0]) == [128]
+    assert "called (95 % interval excludes zero) at 128 only" in verdict(
+        np.hstack([tight, wide]), [128, 5000], KERPLE, ALIBI, window=[0.0005, 0.0])
+
+
+def test_the_window_term_from_each_row_s_own_error_is_a_conservative_bound():
+    se_a, se_b = np.array([[0.03, 0.004], [0.04, 0.004]]), np.array([[0.04, 0.003], [0.03, 0.003]])
+    assert pair_error(se_a, se_b).tolist() == pytest.approx([0.05, 0.005])
+
+
+def test_the_t_quantile_matches_student_s_t():
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 5, 10, 30, 31, 50, 200):
+        assert t_quantile(df) == pytest.approx(stats.t.ppf(0.975, df), abs=2e-3), df
+
+
+def test_ties_nan_and_rounding_are_said_in_words():
+    """Issue 52's edge cases: a zero difference read "leads by 0.000 nats", a NaN "by nan
+    nats", short_lead([0.05, 0]) "the lead changes sides", the intro a signed zero."""
+    diff = np.array([[0.1, 0.0, np.nan], [0.12, 0.0, np.nan], [0.11, 0.0, np.nan]])
+    text = verdict(diff, [128, 512, 5000], KERPLE, ALIBI)
+    assert text == ("the ALiBi baseline is lower at 128, by 0.11 nats; level at 512; not measured "
+                    "at 5000; called (95 % interval excludes zero) at 128 only.")
+    assert "nan" not in text and "0.000" not in text
+    table = verdict_table(diff, [128, 512, 5000], KERPLE, ALIBI).splitlines()
+    assert table[3:] == ["| 512 | level | 0.000 | no |", "| 5000 | not measured | – | no |"]
+    assert verdict(np.zeros((3, 2)), [128, 5000], KERPLE, ALIBI).startswith("level at 128 and 5000;")
+    assert short_lead([0.05, 0], "the CAT", "ALiBi") == "the CAT leads by 0.050 nats, level at one length"
+    assert short_lead([0, 0], "the CAT", "ALiBi") == "the two are level at every length"
+    assert short_lead([0.05, np.nan], "the CAT", "ALiBi") == \
+        "the CAT leads at every length, by 0.050 nats, not measured at one length"
+    assert change_words(-0.00003) == "less than 0.0001" and change_words(-0.0123) == "-0.0123"
+    assert nats_range([0.0002, 0.012]) == "up to 0.012" and nats_range([0.0002]) == "less than 0.001"
 
 
 def test_the_readme_lead_reads_as_sentences():

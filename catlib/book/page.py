@@ -131,8 +131,8 @@ def smooth(values: Sequence[float], width: int) -> np.ndarray:
 
 def rebuild_spread(root: Path, profile: str) -> float | None:
     """What a rebuild on another CPU kernel dispatch moved a row by (nats,
-    ``results/rebuild_spread_<profile>.json``), the noise floor of the book's verdicts
-    (:func:`catlib.common.verdicts.beyond_spread`); None where it was never measured."""
+    ``results/rebuild_spread_<profile>.json``), stated beside the book's verdicts, no floor
+    of their rule (:func:`catlib.common.verdicts.called`); None where it was never measured."""
     import json
 
     path = Path(root) / "results" / f"rebuild_spread_{profile}.json"

@@ -70,24 +70,36 @@ def republish_scale_answer(root: Path, profile: str = "cpu") -> None:
     """Replace the scale study's sentence in ``results/headline_<profile>.md`` and the
     README's block with the answer of the artefact now in ``results/`` (after ``make
     scale`` and before the next full build), labelled with that artefact's commit: the
-    tables around it keep the label of the build that wrote them."""
-    from .page import rebuild_spread
+    tables around it keep the label of the build that wrote them. Where the file has no
+    such sentence (a build before chapter 11 ran), it goes where a build puts it, after the
+    build's label, as its own paragraph (:func:`_place_scale_answer`)."""
     from .scale_study import answer_file_text, load_studies
 
     studies = load_studies(root)
     main = next(iter(studies), None)
     if main is None:
         return
-    prov = studies[main].get("provenance", {})
-    text = answer_file_text(studies, main, rebuild_spread(root, prov.get("profile", profile))).strip()
-    text += _scale_label(studies)
+    text = answer_file_text(studies, main).strip() + _scale_label(studies)
     out = root / "results" / f"headline_{profile}.md"
-    lines = out.read_text().split("\n")
-    at = next(i for i, line in enumerate(lines) if line.startswith("Over budgets ("))
-    lines[at] = text
-    out.write_text("\n".join(lines))
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(_place_scale_answer(out.read_text() if out.exists() else "", text))
     if profile == "cpu":
         _replace_readme_headline(root / "README.md", out.read_text())
+
+
+def _place_scale_answer(block: str, answer: str) -> str:
+    """``block`` (a ``headline_<profile>.md``) with its "Over budgets (" line replaced by
+    ``answer``; where it has none, ``answer`` as a paragraph after the first one (the
+    build's label), or alone in an empty block."""
+    lines = block.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith("Over budgets (")), None)
+    if at is not None:
+        lines[at] = answer
+        return "\n".join(lines)
+    paragraphs = block.split("\n\n", 1)
+    if not block.strip():
+        return answer + "\n"
+    return "\n\n".join([paragraphs[0], answer, *paragraphs[1:]])
 
 
 def _scale_label(studies: dict) -> str:

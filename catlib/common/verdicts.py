@@ -1,21 +1,27 @@
 """Verdicts in sentences a person would write: which of two rows is lower, where, by how much,
-and whether that is more than the noise.
+and whether the difference is called.
 
 Every comparison of two rows in the book (chapters 8 and 10, the intro, the README) starts
 from the same numbers, a difference of cross-entropies per seed and length, ``diff[s, i] =
 CE(first) − CE(second)`` for seed ``s`` at ``lengths[i]``, and says it with :func:`verdict`:
 
 - where the lengths agree, one sentence naming the leading row once, with a range over
-  lengths: "the ALiBi baseline leads at every length, by 0.12-0.14 nats, more than the
-  spread over seeds and over rebuilds.";
+  lengths: "the ALiBi baseline leads at every length, by 0.12-0.14 nats, called (95 %
+  interval excludes zero).";
 - where they disagree, one sentence naming each row once with the lengths where it is
-  lower ("the X is lower at 128 and 512, by ...; the Y at 1024, by ..."), or
-  a small table (:func:`verdict_table`) where a block of text has room for one.
+  lower ("the X is lower at 128 and 512, by ...; the Y at 1024, by ..."), a tie as "level"
+  and a length without a number as "not measured at 5000", or a small table
+  (:func:`verdict_table`) where a block of text has room for one.
 
-A difference counts (:func:`beyond_spread`) where its mean over seeds exceeds both its
-standard deviation over seeds and the rebuild spread (what a rebuild on another CPU kernel
-dispatch moved a row by, ``results/rebuild_spread_<profile>.json``): the rule chapter 8
-states. :func:`prose_problems` is the test the generated sentences pass.
+One rule calls a difference, for every verdict, crossing, "lowest row" and target of the
+book (:func:`called`): the 95 % interval of the mean paired difference,
+``mean ± t(0.975, n−1) · sqrt(sd²/n + w²)`` over ``n`` seeds with the window-sampling
+error ``w`` of the mean difference (:func:`interval`), excludes zero. With one seed (or a
+NaN) no interval can be formed and the difference is "not called", never "beyond". The
+rebuild spread (what a rebuild on another CPU kernel dispatch moved a row by,
+``results/rebuild_spread_<profile>.json``) is no floor: a rebuild changes a run's
+trajectory as a seed does, and the seeds measure that; a chapter may state it beside the
+verdict. :func:`prose_problems` is the test the generated sentences pass.
 
 It sits in ``common`` because chapter 10's ``experiment.frontier.who_wins`` and the book's
 pages both use it.
@@ -29,43 +35,109 @@ import numpy as np
 # The limits of a readable verdict (issue 41): a sentence, and a run of bold text.
 MAX_SENTENCE_WORDS = 60
 MAX_BOLD_WORDS = 25
+# The words of the rule (:func:`called`).
+CALLED = "called (95 % interval excludes zero)"
+NOT_CALLED = "not called"
+# t(0.975, df) for df = 1..30; beyond, its Cornish-Fisher expansion (:func:`t_quantile`).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
-def beyond_spread(diff, rebuild: float | None = None) -> np.ndarray:
-    """Per length, whether the mean of ``diff`` ``[seeds, lengths]`` exceeds both its
-    standard deviation over seeds (none for one seed) and ``rebuild``."""
+def t_quantile(df: int) -> float:
+    """The 97.5th percentile of Student's t with ``df`` degrees of freedom (three decimals)."""
+    if df <= len(T975):
+        return T975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def pair_error(se_a, se_b) -> np.ndarray:
+    """The window-sampling error of a mean paired difference per length, from each row's own
+    standard error ``[seeds, lengths]`` where the per-window differences are not at hand:
+    ``sqrt(se_a² + se_b²)`` per seed, a conservative bound (the rows read the same windows,
+    so their errors are positively correlated and the paired difference's error is smaller),
+    averaged over the seeds (they read the same windows too, so the error of their mean does
+    not shrink with their number, and the mean of the seeds' errors bounds it)."""
+    return np.sqrt(np.square(np.asarray(se_a, dtype=float))
+                   + np.square(np.asarray(se_b, dtype=float))).mean(0)
+
+
+def interval(diff, window=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per length, the mean over seeds of ``diff`` ``[seeds, lengths]`` and the half-width of
+    its 95 % interval, ``t(0.975, n−1) · sqrt(sd²/n + w²)``: ``sd`` the standard deviation
+    over the ``n`` seeds, ``w`` = ``window`` the window-sampling standard error of the mean
+    paired difference at each length (None: 0; a row's own errors only:
+    :func:`pair_error`). The half-width is NaN where no interval can be formed (one seed)."""
     diff = np.asarray(diff, dtype=float)
-    sd = diff.std(0, ddof=1) if len(diff) > 1 else np.zeros(diff.shape[1])
-    return np.abs(diff.mean(0)) > np.maximum(sd, rebuild or 0.0)
+    n, mean = len(diff), diff.mean(0)
+    if n < 2:
+        return mean, np.full(mean.shape, np.nan)
+    w = np.zeros(mean.shape) if window is None else np.asarray(window, dtype=float)
+    return mean, t_quantile(n - 1) * np.sqrt(diff.var(0, ddof=1) / n + w ** 2)
 
 
-def verdict(diff, lengths, first: str, second: str, rebuild: float | None = None) -> str:
+def called(diff, window=None) -> np.ndarray:
+    """Per length, whether the difference ``diff`` ``[seeds, lengths]`` (the same seeds, the
+    same windows for both rows) is called: its 95 % interval (:func:`interval`) excludes
+    zero. False where no interval can be formed (one seed, a NaN)."""
+    mean, half = interval(diff, window)
+    with np.errstate(invalid="ignore"):
+        return np.abs(mean) > half       # a NaN on either side compares False
+
+
+LEVEL = "level"          # a tie, in :func:`lower_row`'s words
+
+
+def lower_row(mean: float, first: str, second: str) -> str | None:
+    """Which of two rows is lower where CE(first) − CE(second) = ``mean``: ``first``,
+    ``second``, :data:`LEVEL` for a tie, None for a NaN (not measured)."""
+    if not np.isfinite(mean):
+        return None
+    return LEVEL if mean == 0 else second if mean > 0 else first
+
+
+def verdict(diff, lengths, first: str, second: str, rebuild: float | None = None,
+            window=None) -> str:
     """One sentence on ``diff`` = CE(``first``) − CE(``second``) per seed ``[seeds, lengths]``
-    (see the module's docstring); each row named at most once."""
+    (see the module's docstring); each row named at most once; a tie "level", a NaN "not
+    measured". ``window``: the window-sampling error of the mean difference per length
+    (:func:`interval`). ``rebuild`` is no longer part of the rule (the module's docstring);
+    it is accepted so that calls written for the old rule keep working."""
     diff = np.asarray(diff, dtype=float)
-    mean, real = diff.mean(0), beyond_spread(diff, rebuild)
-    lower = [second if m > 0 else first for m in mean]
-    if len(set(lower)) == 1:
+    mean, real = diff.mean(0), called(diff, window)
+    lower = [lower_row(m, first, second) for m in mean]
+    if all(r is None for r in lower):
+        return f"not measured at {listed(lengths)}."
+    noise = judged(*zip(*[(c, L) for c, L, r in zip(real, lengths, lower) if r]), len(diff))
+    if len(set(lower)) == 1 and lower[0] not in (None, LEVEL):
         where = "at every length" if len(lengths) > 1 else f"at {lengths[0]}"
-        return (f"{subject(lower[0])} leads {where}, by {nats_range(np.abs(mean))} nats, "
-                f"{judged(real, lengths, len(diff), rebuild)}.")
+        return f"{subject(lower[0])} leads {where}, by {nats_range(np.abs(mean))} nats, {noise}."
     parts = []
-    for k, row in enumerate(dict.fromkeys(lower)):
-        idx = [i for i, r in enumerate(lower) if r == row]
-        parts.append(f"{subject(row)}{' is lower' if k == 0 else ''} at "
-                     f"{listed([lengths[i] for i in idx])}, by {nats_range(np.abs(mean[idx]))} nats")
-    return f"{'; '.join(parts)}; {judged(real, lengths, len(diff), rebuild)}."
+    for row in dict.fromkeys(lower):
+        at = listed([L for L, r in zip(lengths, lower) if r == row])
+        if row is None:
+            parts.append(f"not measured at {at}")
+        elif row == LEVEL:
+            parts.append(f"level at {at}")
+        else:
+            by = nats_range(np.abs([m for m, r in zip(mean, lower) if r == row]))
+            parts.append(f"{subject(row)}{'' if parts else ' is lower'} at {at}, by {by} nats")
+    return f"{'; '.join(parts)}; {noise}."
 
 
-def verdict_table(diff, lengths, first: str, second: str, rebuild: float | None = None) -> str:
-    """The same verdict as a small Markdown table: per length, the lower row, by how much,
-    and whether that is more than the spread."""
+def verdict_table(diff, lengths, first: str, second: str, rebuild: float | None = None,
+                  window=None) -> str:
+    """The same verdict as a small Markdown table: per length, the lower row ("level",
+    "not measured"), by how much, and whether the difference is called (:func:`called`)."""
     diff = np.asarray(diff, dtype=float)
-    mean, real = diff.mean(0), beyond_spread(diff, rebuild)
-    lines = [f"| length | lower | by (nats) | more than {spread_name(len(diff), rebuild) or 'a spread'} |",
+    mean, real = diff.mean(0), called(diff, window)
+    lines = ["| length | lower | by (nats) | called (95 % interval excludes zero) |",
              "|---:|---|---:|---|"]
     for L, m, r in zip(lengths, mean, real):
-        lines.append(f"| {L} | {second if m > 0 else first} | {abs(m):.3f} | {'yes' if r else 'no'} |")
+        row = lower_row(m, first, second)
+        lines.append(f"| {L} | {row or 'not measured'} | {'–' if row is None else f'{abs(m):.3f}'} "
+                     f"| {'yes' if r else 'no'} |")
     return "\n".join(lines)
 
 
@@ -76,11 +148,30 @@ def subject(label: str) -> str:
 
 
 def nats_range(values) -> str:
-    """"0.12-0.14" (two decimals; three where the smallest is below 0.1), or one number."""
+    """"0.12-0.14" (two decimals; three where the smallest is below 0.1), or one number;
+    "up to 0.012" where the smallest rounds to zero, "less than 0.001" where both do
+    (:func:`size_words`), never a signed zero. NaNs are left out (the callers say where)."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
     lo, hi = float(np.min(values)), float(np.max(values))
     digits = 3 if lo < 0.1 else 2
-    a, b = f"{lo:.{digits}f}", f"{hi:.{digits}f}"
-    return a if a == b else f"{a}-{b}"
+    a, b = size_words(lo, digits), size_words(hi, digits)
+    if a == b:
+        return a
+    return f"up to {b}" if a.startswith("less than") else f"{a}-{b}"
+
+
+def size_words(x: float, digits: int = 3) -> str:
+    """A size (nats) with ``digits`` decimals, or in words where it rounds to zero: "0.012",
+    "less than 0.001" (never "0.000" or "-0.000")."""
+    x = abs(float(x))
+    return f"{x:.{digits}f}" if round(x, digits) else f"less than {10.0 ** -digits:.{digits}f}"
+
+
+def change_words(x: float, digits: int = 4) -> str:
+    """A signed change (nats) for a sentence "moves by ... nats": "+0.0123", "-0.0040", or
+    "less than 0.0001" where it rounds to zero (never a signed zero such as "-0.0000")."""
+    return f"{x:+.{digits}f}" if round(float(x), digits) else size_words(x, digits)
 
 
 def window_error(windows: dict, se: dict, every: bool = False) -> str:
@@ -104,22 +195,17 @@ def listed(values) -> str:
     return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} and {values[-1]}"
 
 
-def spread_name(seeds: int, rebuild: float | None) -> str | None:
-    if seeds > 1:
-        return "the spread over seeds" + (" and over rebuilds" if rebuild is not None else "")
-    return "the spread over rebuilds" if rebuild is not None else None
-
-
-def judged(real, lengths, seeds: int, rebuild: float | None) -> str:
-    """Whether the difference is more than the noise, in words."""
-    spread = spread_name(seeds, rebuild)
-    if spread is None:
-        return "one seed and no rebuild measured, so not judged against any spread"
-    if real.all():
-        return f"more than {spread}"
-    if not real.any():
-        return f"within {spread}, so not a measured difference"
-    return f"more than {spread} at {listed([L for L, r in zip(lengths, real) if r])} only"
+def judged(real, lengths, seeds: int) -> str:
+    """Whether the difference is called (:func:`called`, per length ``real``), in words:
+    :data:`CALLED`, "not called", or called at some lengths only; one seed: not called,
+    for want of an interval."""
+    if seeds < 2:
+        return f"{NOT_CALLED} (one seed: no interval)"
+    if np.all(real):
+        return CALLED
+    if not np.any(real):
+        return f"{NOT_CALLED} (95 % interval includes zero)"
+    return f"{CALLED} at {listed([L for L, r in zip(lengths, real) if r])} only"
 
 
 def sentences(text: str) -> list[str]:
@@ -156,10 +242,26 @@ def prose_problems(text: str, labels, bold: bool = False) -> list[str]:
 def short_lead(mean_diff, first: str, second: str) -> str:
     """A clause short enough for a bold paste: who leads at every length and by how much,
     from the mean difference per length ``mean_diff`` = CE(second) − CE(first) (> 0:
-    ``first`` is lower); "the lead changes sides between lengths" where they disagree."""
-    mean_diff = np.asarray(mean_diff, dtype=float)
-    if (mean_diff > 0).all():
-        return f"{first} leads at every length, by {nats_range(mean_diff)} nats"
-    if (mean_diff < 0).all():
-        return f"{second} leads at every length, by {nats_range(-mean_diff)} nats"
-    return "the lead changes sides between lengths"
+    ``first`` is lower); a tie is "level" ("the two are level at every length", "... leads
+    by up to 0.050 nats, level at one length"), a NaN "not measured"; "the lead changes
+    sides between lengths" only where both rows lead somewhere."""
+    d = np.asarray(mean_diff, dtype=float)
+    unmeasured = int((~np.isfinite(d)).sum())
+    d = d[np.isfinite(d)]
+    level = int((d == 0).sum())
+    if not len(d):
+        return "not measured at any length"
+    if (d > 0).any() and (d < 0).any():
+        text = "the lead changes sides between lengths"
+    elif level == len(d):
+        text = "the two are level at every length"
+    else:
+        who, by = (first, d) if (d > 0).any() else (second, -d)
+        text = f"{who} leads at every length, by {nats_range(by)} nats"
+        if level:
+            text = f"{who} leads by {nats_range(by[by > 0])} nats, level at {_count(level)}"
+    return text + (f", not measured at {_count(unmeasured)}" if unmeasured else "")
+
+
+def _count(n: int) -> str:
+    return "one length" if n == 1 else f"{n} lengths"

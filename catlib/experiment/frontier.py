@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common.verdicts import beyond_spread, verdict
+from ..common.verdicts import called, verdict
 from .grid import run_refinement
 from .ladder import (FRONTIER_LONG_WINDOWS, frontier_scoring, ladder_ce,  # noqa: F401
                      ladder_model, ladder_point, ladder_points, step_train_flops)
@@ -93,16 +93,17 @@ def _flops_per_token(model, length: int, count) -> float:
     return float(np.polyval(a, length) / length)
 
 
-def real_lengths(diff, lengths, rebuild: float | None = None) -> list:
-    """The lengths where a per-seed difference ``[seeds, lengths]`` is real, by chapter 8's
-    rule (:func:`catlib.common.verdicts.beyond_spread`)."""
-    return [L for L, r in zip(lengths, beyond_spread(diff, rebuild)) if r]
+def real_lengths(diff, lengths, rebuild: float | None = None, window=None) -> list:
+    """The lengths where a per-seed difference ``[seeds, lengths]`` is called, by the book's
+    one rule (:func:`catlib.common.verdicts.called`; ``window``: the window-sampling error
+    per length; ``rebuild`` is no floor any more, accepted for the old calls)."""
+    return [L for L, r in zip(lengths, called(diff, window)) if r]
 
 
-def who_wins(diff, lengths, rebuild: float | None, first: str, second: str) -> str:
+def who_wins(diff, lengths, rebuild: float | None, first: str, second: str, window=None) -> str:
     """:func:`catlib.common.verdicts.verdict` of ``diff`` = CE(first) − CE(second) per seed
     ``[seeds, lengths]`` (chapter 10's name for it): one sentence, each row named once."""
-    return verdict(diff, lengths, first, second, rebuild)
+    return verdict(diff, lengths, first, second, rebuild, window)
 
 
 def frontier_leads(table: dict, row: str, other: str, length: str) -> list:

@@ -1,0 +1,283 @@
+"""The scale study's artefact read: its budgets, lengths, points and seeds; each difference
+between two rows with the window-sampling error of its mean, so that the book's one rule
+(:func:`~catlib.common.verdicts.called`) can call it; the leads over the best baseline, the
+lowest row at a budget, the crossings and the moonshot. Chapter 11's sentences are
+:mod:`catlib.book.scale_study`'s, its tables and figure :mod:`catlib.book.scale_tables`'.
+
+The study (:mod:`catlib.experiment.scale`) writes ``results/scale_<device>.json``:
+``{"plan": {budget: seeds}, "rows": {row: {"points": [{"budget", "steps", "seeds",
+"train_flops", "seconds", "ce": {"<length>": [CE per seed]}, "se": {"<length>": [its
+standard error over the windows, per seed]}}]}}, "provenance": ...}``, a budget being a
+multiple of the KERPLE-prior CAT's training FLOPs at the book's steps. The chapter never
+trains it; it reads what is there and says what is not.
+
+At each budget and length the comparison is at equal training compute: every row spent
+the same FLOPs (within 5 %). "The best baseline" there is the lowest of the baseline rows
+(ALiBi as steps or as layers, RoPE) at that budget and length, seed by seed where a seed
+is shared. A CAT row *leads* where its CE is below the best baseline's.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..common.verdicts import called, pair_error
+from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, CONTROL, EULER, EULER_DEEP,
+                                KERPLE, KERPLE_ODE, ROPE, SCALE_ROWS)
+
+# The devices a study artefact can come from (``results/scale_<device>.json``), the CPU first.
+STUDY_DEVICES = ("cpu", "cuda")
+# The moonshot: a row with the CAT's kernel ahead of the best baseline by this much (nats)
+# at every length and every budget measured, called by the book's rule.
+MOON_LEAD = 0.05
+# The rows with the CAT's kernel (the kernel's control, the CAT block without it, is
+# compared with the Euler CAT apart: :func:`kernel_leads`).
+CAT_ROWS = tuple(label for label in SCALE_ROWS if label not in (*BASELINE_ROWS, CONTROL))
+# The rows as the chapter's sentences, tables and figure name them (short enough to read;
+# the chapter says what each is).
+NAMES = {ALIBI: "ALiBi baseline", ALIBI_DEEP: "deep ALiBi baseline", ROPE: "RoPE baseline",
+         KERPLE: "KERPLE-prior CAT", KERPLE_ODE: "ODE-consistent CAT", EULER: "Euler CAT",
+         EULER_DEEP: "deep Euler CAT", CONTROL: "kernel control"}
+
+
+def name(row: str) -> str:
+    return NAMES.get(row, row)
+
+
+def load_studies(root) -> dict[str, dict]:
+    """``{device: artefact}`` for each ``results/scale_<device>.json`` present, CPU first."""
+    out = {}
+    for device in STUDY_DEVICES:
+        path = Path(root) / "results" / f"scale_{device}.json"
+        if path.is_file():
+            out[device] = json.loads(path.read_text())
+    return out
+
+
+def budgets(study: dict) -> list[int]:
+    """The study's budgets, smallest first."""
+    return sorted(int(b) for b in study["plan"])
+
+
+def lengths(study: dict) -> list[str]:
+    """The lengths any point is scored at, shortest first (as the artefact's keys); a point
+    without one of them reads NaN there (:func:`matrix`)."""
+    return sorted({L for t in study["rows"].values() for p in t["points"] for L in p["ce"]}, key=int)
+
+
+def point(study: dict, row: str, budget: int) -> dict | None:
+    """``row``'s point at ``budget`` (None where the row has none)."""
+    points = study["rows"].get(row, {}).get("points", [])
+    return next((p for p in points if p["budget"] == budget), None)
+
+
+def per_seed(study: dict, row: str, budget: int, length: str, key: str = "ce") -> dict[int, float]:
+    """``{seed: CE}`` (``key`` "se": its standard error) of ``row`` at ``budget`` and
+    ``length``; empty where not measured."""
+    p = point(study, row, budget)
+    return dict(zip(p["seeds"], p[key][length])) if p and length in p.get(key, {}) else {}
+
+
+def common_seeds(study: dict, budget: int, rows) -> list[int]:
+    """The seeds every row of ``rows`` was measured on at ``budget``, smallest first; none
+    where one of them has no point there. Every mean, verdict and crossing of the chapter
+    is taken over such a common set, so that no row's mean holds a seed another lacks."""
+    sets = [set((point(study, r, budget) or {}).get("seeds", [])) for r in rows]
+    return sorted(set.intersection(*sets)) if sets and all(sets) else []
+
+
+def compared_seeds(study: dict, row: str, budget: int) -> list[int]:
+    """The seeds at ``budget`` shared by ``row`` and *every* baseline row: a "who leads"
+    verdict reads a budget only where no baseline is missing (else "the best baseline"
+    would be the best of the baselines that happen to be there)."""
+    return common_seeds(study, budget, (row, *BASELINE_ROWS))
+
+
+def matrix(study: dict, row: str, budget: int, seeds, key: str = "ce") -> np.ndarray:
+    """CE (``key`` "se": its standard error) of ``row`` at ``budget``, ``[seeds, lengths]``
+    (the seeds in the order given); NaN where the point lacks a length or a seed."""
+    cols = [per_seed(study, row, budget, L, key) for L in lengths(study)]
+    return np.array([[c.get(s, np.nan) for c in cols] for s in seeds], dtype=float).reshape(
+        len(seeds), len(cols))
+
+
+def difference(study: dict, budget: int, seeds, above, below) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(diff, window)``: CE(``above``) − CE(``below``) per seed and length ``[seeds,
+    lengths]`` (each a row, or a row per length), and the window-sampling error of its mean
+    per length from the rows' own standard errors (:func:`~catlib.common.verdicts.pair_error`,
+    a conservative bound: the artefact keeps no per-window differences). ``window`` is None
+    for an artefact that stores no standard errors (one from before every window was
+    scored: its differences are judged on the seeds alone), NaN where one point lacks them."""
+    def per_length(rows, key):
+        rows = [rows] * len(lengths(study)) if isinstance(rows, str) else list(rows)
+        got = {r: matrix(study, r, budget, seeds, key) for r in set(rows)}
+        return np.stack([got[r][:, i] for i, r in enumerate(rows)], 1).reshape(len(seeds), len(rows))
+
+    window = pair_error(per_length(above, "se"), per_length(below, "se"))
+    return per_length(above, "ce") - per_length(below, "ce"), None if np.isnan(window).all() else window
+
+
+def lead_at(study: dict, row: str, budget: int, seeds=None) -> dict | None:
+    """``row`` against the best baseline at ``budget`` on ``seeds`` (default: its compared
+    seeds): ``{"seeds", "best": [baseline per length], "diff": [seeds, lengths], "window":
+    [lengths] or None, "called": [lengths]}``, where ``best`` is the baseline row with the
+    lowest mean CE over those seeds at each length and ``diff`` = CE(best) − CE(row) per
+    seed (> 0: ``row`` leads), called by the book's rule. None where a baseline row or a
+    seed is missing."""
+    seeds = compared_seeds(study, row, budget) if seeds is None else list(seeds)
+    if not seeds or not set(seeds) <= set(compared_seeds(study, row, budget)):
+        return None
+    base = {r: matrix(study, r, budget, seeds).mean(0) for r in BASELINE_ROWS}
+    best = [min(BASELINE_ROWS, key=lambda r: _rank(base[r][i])) for i in range(len(lengths(study)))]
+    diff, window = difference(study, budget, seeds, best, row)
+    return {"seeds": seeds, "best": best, "diff": diff, "window": window,
+            "called": called(diff, window)}
+
+
+def _rank(ce: float) -> tuple:
+    """A sort key that puts a NaN (not measured) after every number."""
+    return (bool(np.isnan(ce)), 0.0 if np.isnan(ce) else ce)
+
+
+def lead_path(study: dict, row: str) -> tuple[list[int], list[int]]:
+    """``(seeds, budgets)``: the seeds ``row`` and every baseline share at the smallest
+    budget, and the budgets where all of them were measured on those seeds: the path along
+    which ``row``'s lead is followed and its crossing sought. A budget trained on fewer
+    seeds (the CPU's 8×, seed 0 only) is left off the path and said apart."""
+    bs = budgets(study)
+    seeds = compared_seeds(study, row, bs[0]) if bs else []
+    on = [b for b in bs if seeds and set(seeds) <= set(compared_seeds(study, row, b))]
+    return seeds, on
+
+
+def leads(study: dict, row: str, length: str) -> dict[int, float]:
+    """``{budget: mean lead over the best baseline}`` at ``length`` along :func:`lead_path`
+    (> 0: ``row`` leads)."""
+    seeds, on = lead_path(study, row)
+    i = lengths(study).index(length)
+    return {b: float(lead_at(study, row, b, seeds)["diff"][:, i].mean()) for b in on}
+
+
+def crossings(study: dict, row: str, length: str) -> list[dict]:
+    """Every sign change of ``row``'s mean lead over the best baseline along
+    :func:`lead_path` at ``length``: ``{"between": (lo, hi), "at": budget or None,
+    "seeds": [budget or None per seed]}``. ``at`` is interpolated linearly in log training
+    FLOPs (the budgets are FLOPs multiples) between the two budgets, and only where the
+    lead is called on both sides (:func:`~catlib.common.verdicts.called`); None: the order
+    between ``lo`` and ``hi`` is not resolved. ``seeds``: per seed, where its own lead
+    against the same baselines first changes sign (resolved changes only)."""
+    seeds, on = lead_path(study, row)
+    i = lengths(study).index(length)
+    at = {b: lead_at(study, row, b, seeds) for b in on}
+    diffs = {b: a["diff"][:, i] for b, a in at.items()}
+    out = []
+    for lo, hi in zip(on, on[1:]):
+        a, b = diffs[lo].mean(), diffs[hi].mean()
+        if a * b < 0:
+            resolved = bool(at[lo]["called"][i] and at[hi]["called"][i])
+            out.append({"between": (lo, hi), "at": _sign_change(lo, hi, a, b) if resolved else None,
+                        "seeds": [_first_change(on, [diffs[x][k] for x in on]) if resolved else None
+                                  for k in range(len(seeds))]})
+    return out
+
+
+def crossing(study: dict, row: str, length: str) -> dict | None:
+    """The first crossing of :func:`crossings` that is resolved (called on both sides),
+    the one a sentence states and the figure draws; None where there is none."""
+    return next((c for c in crossings(study, row, length) if c["at"] is not None), None)
+
+
+def _sign_change(lo: int, hi: int, a: float, b: float) -> float:
+    """The budget between ``lo`` and ``hi`` where a lead going from ``a`` to ``b`` is 0,
+    linear in log budget."""
+    return float(np.exp(np.log(lo) + (np.log(hi) - np.log(lo)) * a / (a - b)))
+
+
+def _first_change(bs, values) -> float | None:
+    for (lo, a), (hi, b) in zip(zip(bs, values), zip(bs[1:], values[1:])):
+        if a * b < 0:
+            return _sign_change(lo, hi, a, b)
+    return None
+
+
+def moonshot(study: dict, row: str) -> dict:
+    """Whether ``row`` leads the best baseline by :data:`MOON_LEAD` at every length and
+    every budget of the study, by the book's rule: ``{"met": the lead's 95 % interval lies
+    above MOON_LEAD everywhere, "missed": somewhere it lies below, "smallest": the smallest
+    mean lead or None, "untested": [budgets where a seed of the plan is missing from the row
+    or from any baseline]}``. An untested budget is not met; neither met nor missed: not
+    resolved."""
+    smallest, untested, above, below = None, [], True, False
+    plan = {int(b): set(s) for b, s in study["plan"].items()}
+    for b in budgets(study):
+        if set(compared_seeds(study, row, b)) != plan[b]:
+            untested.append(b)
+            continue
+        lead = lead_at(study, row, b)
+        mean, short = lead["diff"].mean(0), called(lead["diff"] - MOON_LEAD, lead["window"])
+        above = above and bool((short & (mean > MOON_LEAD)).all())
+        below = below or bool((short & (mean < MOON_LEAD)).any())
+        finite = [float(m) for m in mean if np.isfinite(m)] + ([smallest] if smallest is not None else [])
+        smallest = min(finite) if finite else None
+    met = not untested and smallest is not None and above
+    return {"met": met, "missed": below, "smallest": smallest, "untested": untested}
+
+
+def lowest(study: dict, budget: int) -> dict | None:
+    """At ``budget``, on the seeds every row shares: ``{"seeds", "firsts": [the lowest row
+    per length, None where a row was not measured there], "nexts": [the next row],
+    "unmeasured": {length: [rows not measured there]}, "diff": the next row's CE minus the
+    lowest's [seeds, lengths], "window", "called": [lengths]}`` (the margin called by the
+    book's rule); None where no seed was measured on every row."""
+    ls, rows = lengths(study), list(study["rows"])
+    seeds = common_seeds(study, budget, rows)
+    if not seeds:
+        return None
+    ce = {r: matrix(study, r, budget, seeds) for r in rows}
+    unmeasured = {L: [r for r in rows if np.isnan(ce[r][:, i]).any()] for i, L in enumerate(ls)}
+    ranked = [sorted(rows, key=lambda r: _rank(ce[r][:, i].mean())) for i in range(len(ls))]
+    firsts = [None if unmeasured[L] else r[0] for L, r in zip(ls, ranked)]
+    nexts = [r[1] if len(r) > 1 else r[0] for r in ranked]
+    diff, window = difference(study, budget, seeds, nexts, [r[0] for r in ranked])
+    return {"seeds": seeds, "firsts": firsts, "nexts": nexts,
+            "unmeasured": {L: r for L, r in unmeasured.items() if r},
+            "diff": diff, "window": window, "called": called(diff, window)}
+
+
+def kernel_leads(study: dict) -> dict[int, dict]:
+    """Per budget, the Euler CAT against its kernel control (the same block with ALiBi's fixed
+    bias, the learned kernel off) on their common seeds: ``{budget: {"seeds", "diff":
+    CE(control) − CE(Euler CAT) [seeds, lengths], "window", "called"}}`` (> 0: the kernel
+    gains); empty where the study has no control."""
+    if not {EULER, CONTROL} <= set(study["rows"]):
+        return {}
+    out = {}
+    for b in budgets(study):
+        seeds = common_seeds(study, b, (EULER, CONTROL))
+        if seeds:
+            diff, window = difference(study, b, seeds, CONTROL, EULER)
+            out[b] = {"seeds": seeds, "diff": diff, "window": window, "called": called(diff, window)}
+    return out
+
+
+def within_budget(study: dict, tolerance: float = 0.05) -> bool:
+    """Whether every point's counted training FLOPs lie within ``tolerance`` of its budget
+    times the 1× budget's FLOPs (:func:`unit_flops`)."""
+    unit = unit_flops(study)
+    return all(abs(p["train_flops"] / (p["budget"] * unit) - 1) < tolerance
+               for t in study["rows"].values() for p in t["points"])
+
+
+def unit_flops(study: dict) -> float:
+    """The FLOPs of the 1× budget: the KERPLE-prior CAT's point there, else any row's. A
+    study without a 1× point (budgets 2 and 4, say) takes the KERPLE-prior CAT's (else any
+    row's) smallest point, divided by its multiple."""
+    rows = [KERPLE, *[r for r in study["rows"] if r != KERPLE]]
+    points = [p for r in rows for p in sorted(study["rows"].get(r, {}).get("points", []),
+                                              key=lambda p: p["budget"])]
+    if not points:
+        raise ValueError("the scale study holds no point: nothing measures its 1× budget")
+    p = next((p for p in points if p["budget"] == 1), points[0])
+    return p["train_flops"] / p["budget"]
