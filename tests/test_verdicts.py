@@ -88,7 +88,10 @@ def test_one_rule_calls_a_difference_when_its_paired_interval_excludes_zero():
     assert mean[0] == pytest.approx(0.012) and half[0] == pytest.approx(4.303 * 0.0087 / 3 ** 0.5, rel=1e-2)
     tight = np.array([[0.006], [0.008], [0.007]])            # mean 0.007, seed SD 0.001
     assert called(tight, window=[0.0005]).tolist() == [True]
-    assert called(tight, window=[0.003]).tolist() == [False]     # the window error can undo it
+    assert called(tight, window=[0.004]).tolist() == [False]     # the window error can undo it
+    # each error with its own quantile: t for the seeds, the normal one for the windows
+    assert interval(tight, window=[0.004])[1][0] == pytest.approx(
+        np.hypot(4.303 * 0.001 / 3 ** 0.5, 1.959964 * 0.004), rel=1e-3)
     # one seed, or a NaN: no interval, never "beyond"
     assert called(np.array([[0.05, 1e-4]])).tolist() == [False, False]
     assert np.isnan(interval(np.array([[0.05]]))[1]).all()
@@ -206,9 +209,13 @@ def test_a_zero_difference_reads_as_identical():
 
 def test_window_error_states_each_length_s_windows_and_error():
     # Catches a sentence that drops a length, its count or its error, or reads a NaN.
-    text = window_error({128: 32, 5000: 8}, {128: [0.012, float("nan"), 0.031], 5000: [0.004]})
+    text = window_error({"90/10": {"windows": {128: 32, 5000: 8}, "span": None}},
+                        {128: [0.012, float("nan"), 0.031], 5000: [0.004]})
     assert text == ("Each CE reads the first windows of the validation split, 32 windows at 128 "
                     "(standard error 0.012-0.031 nats) and 8 at 5000 (standard error 0.004 nats); "
                     "every row reads the same windows, so the differences between rows are paired.")
-    assert "every window" in window_error({128: 870}, {128: [0.006]}, every=True)
+    assert "every window" in window_error({"90/10": {"windows": {128: 870}, "span": None,
+                                                     "every": True}}, {128: [0.006]})
     assert not prose_problems(text, [])
+
+

@@ -261,10 +261,11 @@ def kernel_verdicts(study: dict) -> list[str]:
 def rule_text(rebuild: float | None) -> str:
     """How chapter 11 calls a margin, with the rebuild spread said beside the rule (no floor)."""
     text = ("A margin is called where its 95 % interval excludes zero: the mean of the paired "
-            "differences over the seeds ± t(0.975, seeds − 1) × the root of their variance over "
-            "the seeds plus the window-sampling variance of the difference. That variance is "
-            "bounded from each row's own standard error, as the artefact keeps no per-window "
-            "differences. With one seed no interval can be formed and a margin is not called.")
+            "differences over the seeds ± the root of the sum of two squares: t(0.975, seeds − 1) "
+            "× their standard error over the seeds, and 1.96 × the window-sampling error of the "
+            "difference. That error is bounded from each row's own standard error, as the "
+            "artefact keeps no per-window differences; the bound is loose, since the rows read "
+            "the same windows. With one seed no interval can be formed and a margin is not called.")
     if rebuild is not None:
         text += (f" A rebuild on another CPU kernel dispatch moved a row by up to "
                  f"{rebuild:.3f} nats; a rebuild changes a run's trajectory as a seed does, so "

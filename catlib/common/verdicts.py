@@ -15,8 +15,8 @@ CE(first) − CE(second)`` for seed ``s`` at ``lengths[i]``, and says it with :f
 
 One rule calls a difference, for every verdict, crossing, "lowest row" and target of the
 book (:func:`called`): the 95 % interval of the mean paired difference,
-``mean ± t(0.975, n−1) · sqrt(sd²/n + w²)`` over ``n`` seeds with the window-sampling
-error ``w`` of the mean difference (:func:`interval`), excludes zero. With one seed (or a
+``mean ± sqrt((t(0.975, n−1) · sd / sqrt(n))² + (1.96 · w)²)`` over ``n`` seeds with the
+window-sampling error ``w`` of the mean difference (:func:`interval`), excludes zero. With one seed (or a
 NaN) no interval can be formed and the difference is "not called", never "beyond". The
 rebuild spread (what a rebuild on another CPU kernel dispatch moved a row by,
 ``results/rebuild_spread_<profile>.json``) is no floor: a rebuild changes a run's
@@ -38,6 +38,7 @@ MAX_BOLD_WORDS = 25
 # The words of the rule (:func:`called`).
 CALLED = "called (95 % interval excludes zero)"
 NOT_CALLED = "not called"
+Z975 = 1.959964          # the normal 97.5th percentile: the window term's quantile
 # t(0.975, df) for df = 1..30; beyond, its Cornish-Fisher expansion (:func:`t_quantile`).
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
@@ -48,7 +49,7 @@ def t_quantile(df: int) -> float:
     """The 97.5th percentile of Student's t with ``df`` degrees of freedom (three decimals)."""
     if df <= len(T975):
         return T975[df - 1]
-    z = 1.959964
+    z = Z975
     return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
 
 
@@ -65,16 +66,21 @@ def pair_error(se_a, se_b) -> np.ndarray:
 
 def interval(diff, window=None) -> tuple[np.ndarray, np.ndarray]:
     """Per length, the mean over seeds of ``diff`` ``[seeds, lengths]`` and the half-width of
-    its 95 % interval, ``t(0.975, n−1) · sqrt(sd²/n + w²)``: ``sd`` the standard deviation
-    over the ``n`` seeds, ``w`` = ``window`` the window-sampling standard error of the mean
-    paired difference at each length (None: 0; a row's own errors only:
-    :func:`pair_error`). The half-width is NaN where no interval can be formed (one seed)."""
+    its 95 % interval, ``sqrt((t(0.975, n−1) · sd / sqrt(n))² + (1.96 · w)²)``: ``sd`` the
+    standard deviation over the ``n`` seeds, ``w`` = ``window`` the window-sampling standard
+    error of the mean paired difference at each length (None: 0; from the per-window
+    differences: ``experiment.grid.paired_window_error``; a row's own errors only:
+    :func:`pair_error`). The two errors are independent (every seed reads the same
+    windows, so the spread over seeds holds none of the windows' sampling) and each has
+    its own quantile: Student's t for the few seeds, the normal one for the hundreds of
+    windows. The half-width is NaN where no interval can be formed (one seed)."""
     diff = np.asarray(diff, dtype=float)
     n, mean = len(diff), diff.mean(0)
     if n < 2:
         return mean, np.full(mean.shape, np.nan)
     w = np.zeros(mean.shape) if window is None else np.asarray(window, dtype=float)
-    return mean, t_quantile(n - 1) * np.sqrt(diff.var(0, ddof=1) / n + w ** 2)
+    seeds_half = t_quantile(n - 1) * np.sqrt(diff.var(0, ddof=1) / n)
+    return mean, np.hypot(seeds_half, Z975 * w)
 
 
 def called(diff, window=None) -> np.ndarray:
@@ -174,20 +180,42 @@ def change_words(x: float, digits: int = 4) -> str:
     return f"{x:+.{digits}f}" if round(float(x), digits) else size_words(x, digits)
 
 
-def window_error(windows: dict, se: dict, every: bool = False) -> str:
-    """One sentence: the validation windows each CE reads at each length and the standard
-    error that window sampling leaves on it, its range over the rows and seeds shown.
+def window_error(reads: dict, se: dict) -> str:
+    """What text each CE of a table reads and the standard error that window sampling leaves
+    on it (its range over the rows and seeds shown), in a sentence or two.
 
-    ``windows`` ``{length: n}``; ``se`` ``{length: [standard errors]}`` (NaN: not scored,
-    left out); ``every``: the windows are all that the validation split holds."""
-    parts = []
-    for L, values in se.items():
-        values = [v for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v)]
-        error = f" (standard error {nats_range(values)} nats)" if values else ""
-        parts.append(f"{windows[L]}{' windows' if not parts else ''} at {L}{error}")
-    where = "every window of the validation split" if every else "the first windows of the validation split"
-    return (f"Each CE reads {where}, {listed(parts)}; every row reads the same windows, so the "
-            "differences between rows are paired.")
+    ``reads`` ``{split: {"windows": {length: n}, "span": characters | None, "every": bool}}``,
+    one entry per split the rows were trained on: ``span``, the characters every length reads
+    under the book's protocol (:mod:`catlib.measure.evaluate`; None: the published protocol,
+    the first windows at each length, or with ``every`` every window of the split).
+    ``se`` ``{length: [standard errors]}`` (NaN: not scored, left out). The differences
+    between rows are called paired only where every row reads the same windows of one split.
+    """
+    clauses = [_reads(split, r, se) for split, r in reads.items()]
+    if len(clauses) == 1:
+        return f"{clauses[0]}; every row reads the same windows, so the differences between rows are paired."
+    return (" ".join(f"Rows on the {split} split: {c[0].lower()}{c[1:]}." for split, c
+                     in zip(reads, clauses))
+            + " The differences between rows are paired only within a split.")
+
+
+def _reads(split: str, read: dict, se: dict) -> str:
+    """One clause of :func:`window_error` for the rows of one split."""
+    span, parts = read.get("span"), []
+    for L, n in read["windows"].items():
+        values = [v for v in np.ravel(np.asarray(se.get(L, []), dtype=float)) if np.isfinite(v)]
+        if n == 1:
+            error = " (one window: no standard error)"
+        else:
+            error = f" (standard error {nats_range(values)} nats)" if values else ""
+        of = f" of {span // L}" if span and n < span // L else ""
+        parts.append(f"{n}{of}{' windows' if not parts else ''} at {L}{error}")
+    if span:
+        spread = any(n < span // L for L, n in read["windows"].items())
+        return (f"Every length reads the same {span:,} characters of the validation split"
+                f"{', windows spread evenly over them' if spread else ''}: {listed(parts)}")
+    where = "every window" if read.get("every") else "the first windows"
+    return f"Each CE reads {where} of the validation split, {listed(parts)}"
 
 
 def listed(values) -> str:
