@@ -1,5 +1,6 @@
 """Issue 53's protocol: every causal length reads the same text, spread over the whole span
 that the longest length's windows tile; the published rows keep the published windows."""
+import pytest
 import torch
 
 from catlib.book.profiles import experiment
@@ -90,3 +91,44 @@ def test_window_error_says_paired_only_within_one_split():
     assert "first windows" in two and "128 windows at 128" in two and "820 windows at 128" in two
     assert "one window: no standard error" in two and "0.000" not in two
     assert not prose_problems(one + " " + two, [])
+
+
+def test_the_paired_window_error_cancels_what_makes_a_window_hard_for_both(monkeypatch):
+    # Two rows whose windows share a large difficulty term: each row's own error is large,
+    # the error of their paired difference is that of the small independent part only.
+    import numpy as np
+
+    from catlib.common.verdicts import pair_error
+    from catlib.experiment import grid
+
+    rng = np.random.default_rng(0)
+    hard = {L: rng.normal(0, 0.3, n) for L, n in ((128, 820), (5000, 21))}
+    own = {(label, s, L): hard[L] + rng.normal(0, 0.01, len(hard[L]))
+           for label in ("ALiBi baseline", "RoPE baseline") for s in (0, 1) for L in hard}
+
+    class FakeRun:
+        def __init__(self, label, s):
+            model = grid.ROWS[label].model
+            self.result = {"rows": [{"len": 128, "windows": 820,
+                                     f"{model}_window_ce": own[label, s, 128].tolist()}]}
+            self.key = (label, s)
+
+    runs = {(label, s): FakeRun(label, s) for label in ("ALiBi baseline", "RoPE baseline")
+            for s in (0, 1)}
+    monkeypatch.setattr(grid, "_stored_curve", lambda run, model, corpus, length, n, device, span:
+                        {"windows": own[(*run.key, 5000)].tolist()})
+
+    class Split:
+        val = torch.zeros(N_VAL, dtype=torch.long)
+
+    w = grid.paired_window_error(runs, "ALiBi baseline", "RoPE baseline", [0, 1],
+                                 {"90/10": Split()}, 5000, 820, curve_windows=21)
+    for i, L in enumerate((128, 5000)):
+        d = np.mean([own["ALiBi baseline", s, L] - own["RoPE baseline", s, L] for s in (0, 1)], 0)
+        assert w[i] == pytest.approx(d.std(ddof=1) / np.sqrt(len(d)), rel=1e-12)
+        own_se = [[own[label, s, L].std(ddof=1) / np.sqrt(len(d)) for s in (0, 1)]
+                  for label in ("ALiBi baseline", "RoPE baseline")]
+        assert w[i] < pair_error(*own_se) / 10           # the bound is far looser
+    with pytest.raises(ValueError, match="different splits"):
+        grid.paired_window_error(runs, "ALiBi baseline", "published CAT", [0, 1],
+                                 {"90/10": Split()}, 5000, 820)

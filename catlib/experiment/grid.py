@@ -369,6 +369,37 @@ def table_errors(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
     return reads, se
 
 
+def paired_window_error(runs: dict, first: str, second: str, seeds, corpus: dict,
+                        longest: int, eval_windows: int, device=None,
+                        curve_windows: int | None = None) -> np.ndarray:
+    """The window-sampling error of the mean paired difference CE(``first``) − CE(``second``)
+    at each length of :func:`table_scores` (``[lengths]``, the longest last), as
+    :func:`~catlib.common.verdicts.interval` takes it: per window, the difference of the
+    two rows' CEs averaged over the seeds, then its standard deviation over the windows
+    over sqrt(windows). The rows read the same windows, so what makes a window hard for
+    both cancels; read from the stored per-window scores (nothing is computed twice).
+    Both rows must be on one split; ``seeds``: a list or a function of the label."""
+    if ROWS[first].split != ROWS[second].split:
+        raise ValueError(f"{first!r} and {second!r} read different splits: their windows "
+                         "are not paired")
+    split_corpus = corpus[ROWS[first].split]
+    span = span_of(first, longest)
+    n = n_windows(len(split_corpus.val), longest, curve_windows or eval_windows, span)
+    seeds = _seeds_of(seeds)(first)
+
+    def per_window(label, s):                    # [lengths] lists of each window's CE
+        run, model = runs[label, s], ROWS[label].model
+        short = [r[f"{model}_window_ce"] for r in run.result["rows"] if "windows" in r]
+        return [*short, _stored_curve(run, model, split_corpus, longest, n, device, span)["windows"]]
+    diffs = [[np.subtract(a, b) for a, b in zip(per_window(first, s), per_window(second, s))]
+             for s in seeds]
+    out = []
+    for i in range(len(diffs[0])):
+        d = np.mean([per_seed[i] for per_seed in diffs], axis=0)        # [windows]
+        out.append(d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.nan)
+    return np.array(out)
+
+
 # The tables a notebook writes as JSON parts, merged into results/<kind>_<profile>.json.
 TABLE_PARTS = ("depth", "context_use", "frontier", "dial")
 

@@ -150,8 +150,9 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
     ``dropout_in_eval=True`` keeps dropout on, as the published script does; with ``seed``
     its masks are drawn from torch seeded by ``seed`` (reproducible; the global RNG state is
     restored afterwards), otherwise from the global RNG.
-    Returns {"len", "ce", "ppl", "windows", "tokens", "se"} (``se``: the standard error of
-    ``ce`` from window sampling), or {"len", "skipped"} with a reason when the validation
+    Returns {"len", "ce", "ppl", "windows", "tokens", "se", "window_ce"} (``se``: the
+    standard error of ``ce`` from window sampling; ``window_ce``: each window's CE, for the
+    paired error of a difference between two models), or {"len", "skipped"} with a reason when the validation
     split is too short for one window.
     """
     if length < 1 or eval_windows < 1 or batch_tokens < 1:
@@ -176,7 +177,7 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
                 len(xb), length).mean(1).tolist()
     ce = total / (n * length)
     return {"len": length, "ce": ce, "ppl": math.exp(ce), "windows": n, "tokens": n * length,
-            "se": window_se(per_window)}
+            "se": window_se(per_window), "window_ce": per_window}
 
 
 def window_se(per_window) -> float:
@@ -214,9 +215,10 @@ def context_table(cat: torch.nn.Module | None, baseline: torch.nn.Module | None,
                   seed: int | None = None, span_length: int | None = None) -> list[dict]:
     """The published results table as a list of rows, one per context length.
 
-    Row keys: len, cat_ce, cat_ppl, cat_se, base_ce, base_ppl, base_se, dce (= base - CAT),
-    windows, and bigram_ce when ``train`` is given (``*_se``: the CE's standard error from
-    window sampling, :func:`window_se`); or len and skipped (the reason). A model passed as
+    Row keys: len, cat_ce, cat_ppl, cat_se, cat_window_ce, base_ce, base_ppl, base_se,
+    base_window_ce, dce (= base - CAT), windows, and bigram_ce when ``train`` is given
+    (``*_se``: the CE's standard error from window sampling, :func:`window_se`;
+    ``*_window_ce``: each window's CE); or len and skipped (the reason). A model passed as
     None (a run that trained only the other) has None in its columns and in dce; so has a
     model whose CE is NaN or infinite, which the row also names in ``nonfinite``.
     ``span_length``: the book's protocol (module docstring; None: the published one).
@@ -239,6 +241,7 @@ def context_table(cat: torch.nn.Module | None, baseline: torch.nn.Module | None,
                 ce = None
             row[f"{key}_ce"], row[f"{key}_ppl"] = ce, (math.exp(ce) if ce is not None else None)
             row[f"{key}_se"] = r.get("se") if ce is not None else None
+            row[f"{key}_window_ce"] = r.get("window_ce") if ce is not None else None
             row["windows"] = r.get("windows", n_windows(len(val), L, eval_windows, span_length))
         both = row["cat_ce"] is not None and row["base_ce"] is not None
         row["dce"] = row["base_ce"] - row["cat_ce"] if both else None

@@ -111,7 +111,8 @@ def _leak_scores(models: dict, rows: list[dict], vocab_size: int, leak_length: i
 def _write_eval_csv(path: Path, rows: list[dict]) -> None:
     """The context table ``rows`` as CSV (_EVAL_COLUMNS; ``nonfinite`` space-separated)."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=_EVAL_COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=_EVAL_COLUMNS, lineterminator="\n",
+                       extrasaction="ignore")       # each window's CE: in eval.json only
     w.writeheader()
     w.writerows({**r, "nonfinite": " ".join(r.get("nonfinite", ()))} for r in rows)
     atomic_write_text(path, buf.getvalue())
