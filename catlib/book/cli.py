@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from ..common.devices import DEVICES, DeviceError
+from ..common.devices import DEVICES, DeviceError, check_jobs
 from . import profiles as _profiles
 from .builder import build
 from .errors import BookError
@@ -77,8 +77,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _set_jobs(jobs: int) -> int | None:
     """``--jobs``: into ``CATLIB_JOBS``, which the notebooks' kernels inherit; 2 when < 1."""
-    if jobs < 1:
-        print(f"[book] error: --jobs must be >= 1, got {jobs}", file=sys.stderr)
+    try:
+        check_jobs(jobs)
+    except ValueError as e:
+        print(f"[book] error: {e}", file=sys.stderr)
         return 2
     os.environ["CATLIB_JOBS"] = str(jobs)   # the notebooks' kernels inherit it
     return None

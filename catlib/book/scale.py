@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..runs import atomic_write_text
-from ..common.devices import DeviceError, resolve_device
+from ..common.devices import check_jobs, resolve_device
 from ..common.provenance import code_fingerprint, environment
 from ..experiment.scale import plan_for, run_study
 from .profiles import experiment as profile_experiment
@@ -36,11 +36,10 @@ def check_args(args) -> tuple:
                              "(e.g. --budgets 1 2 --seeds 0 1)")
     if args.seeds is not None and any(s < 0 for s in args.seeds):
         raise ScaleArgsError(f"--seeds {' '.join(map(str, args.seeds))}: seeds are >= 0")
-    if args.jobs is not None and args.jobs < 1:
-        raise ScaleArgsError(f"--jobs must be >= 1, got {args.jobs}")
     try:
+        check_jobs(args.jobs)
         device = resolve_device(args.device)
-    except DeviceError as e:
+    except ValueError as e:   # a DeviceError is one
         raise ScaleArgsError(str(e)) from None
     out = Path(args.out)
     if out.exists() and not out.is_dir():

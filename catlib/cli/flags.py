@@ -125,10 +125,13 @@ CATLIB_FIELDS = {
                 "warm-up, the constant rate, a linear decay to zero at the end)",
     "warmup": "with --schedule wsd: steps of linear warm-up",
     "decay_share": "with --schedule wsd: the share of the run whose rate decays linearly to zero",
-    "penalty_horizon": "steps the Sobolev weight's schedule runs over (default: --train_steps, "
-                       "the published; a number: the same schedule for every run length)",
+    "penalty_horizon": "steps the Sobolev weight's schedule runs over (default: the published "
+                       "--train_steps of each run; with --branches and a CAT, this run's "
+                       "--train_steps as a number; a number: the same schedule for every run "
+                       "length)",
     "branches": "with --schedule wsd: shorter run lengths to branch from this run where their "
-                "decay starts (each trained as its own run, <name>-to-<steps>), e.g. 250 500",
+                "decay starts (each trained as its own run, <name>-to-<steps>, once this run "
+                "has finished, within what it left of --budget), e.g. 250 500",
     "weight_decay_on": "what AdamW's weight decay (0.01) acts on: all (every parameter, the "
                        "published optimiser) or matrices (weights of linear maps and embeddings "
                        "only) (default: follows --variant: published all, causal matrices)",
@@ -259,4 +262,8 @@ def configs_from_args(args) -> tuple[CATConfig, TrainConfig, EvalConfig]:
     train["models"] = tuple(train["models"])
     if model["kernel"] in PRIOR_KERNELS and model["train_length"] is None:
         model["train_length"] = train["seq"]
+    # A CAT's branches need its Sobolev weight on absolute steps (TrainConfig.validate):
+    # --branches sets it over this run's steps unless given (this run's weights unchanged).
+    if train["branches"] and "cat" in train["models"] and train["penalty_horizon"] is None:
+        train["penalty_horizon"] = train["train_steps"]
     return CATConfig(**model), TrainConfig(**train), evaluation_from_args(args)

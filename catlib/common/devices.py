@@ -38,3 +38,10 @@ def resolve_device(name: str = "auto") -> torch.device:
     if dev.type not in ("cpu", "cuda", "mps"):
         raise DeviceError(f"unsupported device {name!r}; use auto, cpu, cuda or mps")
     return dev
+
+
+def check_jobs(jobs: int | None) -> None:
+    """``--jobs``, the runs trained at once (None: the default): ValueError unless >= 1. The
+    book's command and the scale study's check it here (one rule, one message)."""
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")

@@ -122,13 +122,15 @@ def torch_build(device) -> dict:
 #   baselines, the model, solvers, the model configuration, the published loader), found
 #   by listing the folder, so that a module added there cannot be left out;
 # - the modules that train, feed and score those models: ``training.loop`` (the loop, the
-#   loss, the seeds) and ``training.optim``, ``data`` (corpus, split, batches) and
+#   loss, the seeds) with its settings and schedule (``training.config``, ``.schedule``) and
+#   ``training.optim``, ``data`` (corpus, split, batches) and
 #   ``measure.evaluate`` with its config (the protocol).
 # Everything else (runs, cli, provenance, book, audit, experiment, report, ...) handles
 # files, the command line and reporting, and changes no weight and no score. A module that
 # defines an nn.Module belongs in nn/ (a test checks it).
 FINGERPRINT_PACKAGE = "nn"
-FINGERPRINT_MODULES = ("training.loop", "training.optim", "data", "measure.evaluate", "measure.config")
+FINGERPRINT_MODULES = ("training.loop", "training.config", "training.schedule", "training.optim",
+                       "data", "measure.evaluate", "measure.config")
 
 
 def fingerprint_files(modules: tuple[str, ...] | None = None) -> list[str]:

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..nn.config import FIXED_STEP_SOLVERS, PRIOR_KERNELS, CATConfig
-from ..training.loop import TrainConfig, branch_step
+from ..training.loop import TrainConfig, decay_start
 from .compute import expected_step_flops, matched_budget
 from .config import ExperimentConfig
 
@@ -329,7 +329,7 @@ def budget_configs(row, experiment, model, train):
 def trainable(train: TrainConfig, steps: int) -> bool:
     """Whether a run of ``steps`` can be trained with ``train``'s recipe: on "wsd", its
     decay must start after the warm-up (a frontier at tiny sizes leaves such points out)."""
-    return train.schedule != "wsd" or branch_step(steps, train.decay_share) >= max(1, train.warmup)
+    return train.schedule != "wsd" or decay_start(steps, train.decay_share) >= max(1, train.warmup)
 
 
 def with_points(train: TrainConfig, steps) -> TrainConfig:

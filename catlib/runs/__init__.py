@@ -10,6 +10,7 @@
 - :mod:`.stored`     :func:`stored_with_run`: a value computed once for a run's weights and code;
                      :func:`stored_only`: read what is stored, compute nothing (:class:`NotStored`);
 - :mod:`.training`   :func:`train_run`: reuse, resume or start afresh, train, checkpoint;
+- :mod:`.branches`   shorter runs branched from a longer one before its decay;
 - :mod:`.follower`   the other ranks under torchrun, training beside rank 0.
 """
 from .errors import RunError, RunInterrupted, StorageError, TrainingFailed

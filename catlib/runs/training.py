@@ -15,7 +15,6 @@ with a RunError naming the file, and nothing is overwritten.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import functools
 import json
@@ -33,7 +32,8 @@ from ..measure.config import EvalConfig
 from ..measure.evaluate import check_settings
 from ..nn.config import CATConfig
 from ..common.provenance import code_fingerprint, environment, fingerprint_files
-from ..training.loop import NonFiniteLoss, SideBySide, TrainConfig, branch_step, train_loop
+from ..training.loop import NonFiniteLoss, SideBySide, TrainConfig, decay_start, train_loop
+from .branches import branch_configs, branch_file, branch_name, branch_state, save_branch
 from .errors import RunError, RunInterrupted, StorageError, TrainingFailed
 from .evaluation import _stored_eval, eval_settings, evaluate_run
 from .faults import _fault_point
@@ -67,12 +67,15 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
     (``TrainConfig.branches``): a new run starts from its state instead of from step 0 (the
     very state this run would reach by itself: its steps before its decay are the longer
     run's), its metrics included; an existing run resumes or is reused as ever. Errors: see
-    :func:`_train_run`.
+    :func:`_train_run`. ``train_config.branches``: once this run has finished, each shorter
+    run (``<name>-to-<steps>``) from its branch file, within what is left of the time budget
+    (:func:`catlib.runs.branches.branch_configs`).
 
     Under torchrun (:mod:`catlib.training.distributed`) rank 0 does all of :func:`_train_run` and
     tells the other ranks, once the run directory is ready, to train beside it (from its
     checkpoint), or the error to raise; they return None, without evaluating.
     """
+    started = time.monotonic()   # the branches train within what the trunk left of the budget
     evaluation = (evaluation or EvalConfig()).replace(
         lengths=lengths, eval_windows=eval_windows, dropout_in_eval=dropout_in_eval,
         batch_tokens=batch_tokens)
@@ -95,19 +98,15 @@ def train_run(model_config: CATConfig, train_config: TrainConfig, *, root="runs"
         gate.refuse(e)  # before training only: then the other ranks raise it too
         raise
     gate.open({"action": "done"})
-    # Each shorter run, from this one's state. ``on_step`` follows this run's steps only: a
-    # branch's steps start again below its end (a pool's progress line would run backwards).
-    for steps in train_config.branches:
-        short = dataclasses.replace(train_config, train_steps=steps, branches=(), checkpoints=())
+    # Each shorter run, from this one's state, once this run has finished (catlib.runs.branches).
+    # ``on_step`` follows this run's steps only: a branch's steps start again below its end
+    # (a pool's progress line would run backwards).
+    for short in branch_configs(run, train_config, started, echo or (lambda s: None)):
+        steps = short.train_steps
         train_run(model_config, short, root=run.path.parent, name=branch_name(run.path.name, steps),
                   device=device, data=data, retrain=retrain, evaluate=False, progress=progress,
                   echo=echo, start_from=run.path / branch_file(steps))
     return run
-
-
-def branch_name(trunk: str, steps: int) -> str:
-    """The directory name of the run of ``steps`` branched from the run named ``trunk``."""
-    return f"{trunk}-to-{steps}"
 
 
 def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name: str | None,
@@ -158,16 +157,13 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name
         resume = not retrain and status not in ("new", "starting")
         trainer = SideBySide(model_config, train_config, corpus.train, dev)
         kept = _resume_state(run, trainer, status) if resume else None
-        branch = (_branch_state(start_from, model_config, train_config)
+        branch = (branch_state(start_from, model_config, train_config)
                   if start_from is not None and not resume else None)
-        if branch is not None:
+        if branch is not None:   # a new run from the longer run's state, its metrics included
             trainer.load_state_dict(branch["trainer"])
             kept = branch["metrics"]
-            run.set_status("starting", 0)   # until the checkpoint below: a crash starts afresh
         # 4. Writing starts (see _start_session); then the training session.
-        _start_session(run, trainer, kept, dev, say)
-        if branch is not None:
-            _save_checkpoint(run, trainer)
+        _start_session(run, trainer, kept, dev, say, branched=branch is not None)
         last_good = trainer.step
         run.set_status("running", trainer.step)
         ready({"action": "train", "path": str(path)})  # checkpoint.pt holds trainer's state
@@ -281,30 +277,34 @@ def _resume_state(run: Run, trainer: SideBySide, status: str) -> list[dict]:
 
 
 def _start_session(run: Run, trainer: SideBySide, kept: list[dict] | None, dev: torch.device,
-                   say: Callable[[str], None]) -> None:
+                   say: Callable[[str], None], branched: bool = False) -> None:
     """Step 4 of :func:`_train_run`, where writing starts: config.json and env.json, then
-    the metrics ``kept`` of a resumed run (None: start afresh, with a checkpoint of the new
-    trainer); the results of earlier weights are removed. "starting" first: a crash from
-    here to the first checkpoint leaves a run that the next session starts afresh
-    (nothing trained is lost)."""
-    path, resume = run.path, kept is not None
+    the metrics ``kept`` of the trainer's steps (None: none), the results of earlier weights
+    removed. A resumed run goes on from its checkpoint; a run started afresh (``kept``
+    None) or from a longer run's branch file (``branched``, ``kept`` its metrics) gets a
+    checkpoint of ``trainer``, "starting" written before anything else changes: a crash from
+    there to that checkpoint leaves a run the next session starts afresh (nothing trained is
+    lost). In a new directory config.json comes first, so that a crash before "starting"
+    leaves a directory that is still new (a status.json without config.json would be damage)."""
+    path, resume = run.path, kept is not None and not branched
     starting = not resume and (path / "status.json").exists()
-    if starting:  # before the old results go (a new directory gets config.json first)
+    if starting:  # before the old results go
         run.set_status("starting", 0)
     _write_json(path / "config.json", run.config)
     _write_json(path / "env.json", {
         **environment(RUN_PACKAGES, dev), "code_fingerprint": code_fingerprint(),
         "world_size": distributed.world_size(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    if resume:
+    if not resume and not starting:
+        run.set_status("starting", 0)
+    if kept is not None:
         atomic_write_text(path / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in kept))
-        for f in RESULT_FILES:  # an evaluation of earlier weights is stale now
-            (path / f).unlink(missing_ok=True)
+    else:
+        (path / "metrics.jsonl").unlink(missing_ok=True)
+    for f in RESULT_FILES:  # an evaluation of earlier weights is stale now
+        (path / f).unlink(missing_ok=True)
+    if resume:
         say(f"resuming {path} from step {trainer.step} of {trainer.tc.train_steps}")
     else:
-        if not starting:
-            run.set_status("starting", 0)
-        for f in ("metrics.jsonl", *RESULT_FILES):
-            (path / f).unlink(missing_ok=True)
         _save_checkpoint(run, trainer)
 
 
@@ -351,7 +351,7 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
     ladder_at = None  # the step whose ladder and branch files this session has written
     branch_at: dict[int, list[int]] = {}   # step -> the shorter runs branching there (two
     for n in tc.branches:                  # lengths can start their decay at one step)
-        branch_at.setdefault(branch_step(n, tc.decay_share), []).append(n)
+        branch_at.setdefault(decay_start(n, tc.decay_share), []).append(n)
 
     def kept_after(step: int) -> list[Path]:
         """The files the run keeps after ``step`` steps: its models' ladder weights and the
@@ -361,7 +361,7 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
 
     def ladder() -> None:
         """At a ladder point, the weights after this step; where shorter runs branch, the
-        training state after this step (:func:`_save_branch`); once per step."""
+        training state after this step (:func:`save_branch`); once per step."""
         nonlocal ladder_at
         if trainer.step == ladder_at:
             return
@@ -370,7 +370,7 @@ def _train(run: Run, trainer: SideBySide, corpus: Corpus, last_good: int, echo, 
         if trainer.step in branch_at:
             log.sync()
             for n in branch_at[trainer.step]:
-                _save_branch(run, trainer, n)
+                save_branch(run, trainer, n)
         ladder_at = trainer.step
 
     def checkpoint() -> None:
@@ -430,48 +430,6 @@ def _save_ladder(run: Run, trainer: SideBySide) -> None:
         model = trainer.cat if m == "cat" else trainer.base
         atomic_save({"config_hash": run.hash, "config": run.config["model"], "step": trainer.step,
                      "state_dict": model.state_dict()}, run.path / ladder_file(trainer.step, m))
-
-
-def branch_file(train_steps: int) -> str:
-    """The file of the state a run of ``train_steps`` branches from (``TrainConfig.branches``)."""
-    return f"branch-{train_steps}.pt"
-
-
-def _save_branch(run: Run, trainer: SideBySide, train_steps: int) -> None:
-    """The training state after ``trainer.step`` steps and the metrics of those steps: where
-    a run of ``train_steps`` with this recipe starts its decay (:func:`train_run`'s
-    ``start_from``)."""
-    kept = [m for m in run.metrics() if m.get("step", -1) < trainer.step]
-    atomic_save({"config_hash": run.hash, "step": trainer.step, "train_steps": train_steps,
-                 "model": run.config["model"], "recipe": _recipe(trainer.tc),
-                 "trainer": trainer.state_dict(), "metrics": kept},
-                run.path / branch_file(train_steps))
-
-
-def _recipe(tc: TrainConfig) -> dict:
-    """What a run and the run it branches from must share: every field of the training's
-    identity but its length and the files it keeps."""
-    return {k: v for k, v in tc.identity().items()
-            if k not in ("train_steps", "checkpoints", "branches")}
-
-
-def _branch_state(start_from, model_config: CATConfig, train_config: TrainConfig) -> dict:
-    """The branch file ``start_from`` (:func:`_save_branch`), checked to be the start of a
-    run of ``model_config`` and ``train_config``: RunError naming what differs."""
-    path = Path(start_from)
-    if not path.is_file():
-        raise RunError(f"{path} does not exist: train the longer run first (its "
-                       f"TrainConfig.branches must list {train_config.train_steps})")
-    state = load_checkpoint(path)
-    if not isinstance(state, dict) or "trainer" not in state:
-        raise RunError(f"{path} is not a branch file")
-    if state.get("train_steps") != train_config.train_steps:
-        raise RunError(f"{path} starts a run of {state.get('train_steps')} steps, not "
-                       f"{train_config.train_steps}")
-    if state.get("model") != model_config.to_dict() or state.get("recipe") != _recipe(train_config):
-        raise RunError(f"{path} was written by a run of another model or recipe; a run branches "
-                       "only from a longer run of its own model and recipe")
-    return state
 
 
 def _finish(run: Run, trainer: SideBySide, reason: str) -> None:
