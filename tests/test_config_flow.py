@@ -48,7 +48,8 @@ def test_a_profile_is_a_typed_experiment():
                                   seq=p["seq"])
     assert e.evaluation == EvalConfig(lengths=tuple(p["lengths"]),
                                       eval_windows=p["eval_windows"],
-                                      curve_windows=p["curve_windows"])
+                                      curve_windows=p["curve_windows"],
+                                      span_length=max(p["lengths"]))   # the book's protocol
     assert e.seeds == (0, 1, 2) and e.published_seeds == (0,)
     assert (e.table_lengths, e.curve_length) == (tuple(p["lengths"][:-1]), p["lengths"][-1])
     # 05's own settings: its seed and validation go to TrainConfig, others are ignored

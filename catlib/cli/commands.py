@@ -210,7 +210,8 @@ def cmd_eval(args) -> int:
               f"{run.config['train']['train_steps']}; evaluating its last checkpoint", file=sys.stderr)
     result = evaluate_run(run, ev.lengths, ev.eval_windows, ev.dropout_in_eval,
                           ev.batch_tokens, resolve_device(args.device), leak_length=ev.leak_length,
-                          data=args.data, allow_other_code=args.allow_other_code)
+                          data=args.data, allow_other_code=args.allow_other_code,
+                          span_length=ev.span_length)
     print(_report(result))
     return 0
 

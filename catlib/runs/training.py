@@ -134,13 +134,15 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name
     h = config_hash(model_config, train_config, corpus.sha256, code)
     path = Path(root) / (name or f"{model_config.variant}-{h[:8]}")
     ev = evaluation
-    settings = eval_settings(ev.lengths, ev.eval_windows, ev.dropout_in_eval, ev.leak_length)
+    settings = eval_settings(ev.lengths, ev.eval_windows, ev.dropout_in_eval, ev.leak_length,
+                             span_length=ev.span_length)
     config = {"hash": h, "model": model_config.to_dict(), "train": train_config.to_dict(),
               "eval": settings, "data_sha256": corpus.sha256,
               "code": {"fingerprint": code, "files": fingerprint_files()}}
     score = functools.partial(evaluate_run, lengths=ev.lengths, eval_windows=ev.eval_windows,
                               dropout_in_eval=ev.dropout_in_eval, batch_tokens=ev.batch_tokens,
-                              leak_length=ev.leak_length, device=dev, corpus=corpus)
+                              leak_length=ev.leak_length, device=dev, corpus=corpus,
+                              span_length=ev.span_length)
     # 2. An existing directory: read only, so that a damaged one is left as it is.
     existing = _check_existing(path, model_config, train_config, corpus.sha256, h, code, retrain)
     if not existing or retrain:
