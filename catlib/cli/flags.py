@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from ..data import SPLITS
 from ..measure.config import EvalConfig
-from ..nn.config import (BASELINE_BLOCKS, BASELINE_POSITIONS, BASES, KERNELS, PENALTIES, PRIOR_KERNELS,
-                        SOLVER_NAMES, VARIANTS, CATConfig)
+from ..nn.config import (BASELINE_BLOCKS, BASELINE_POSITIONS, BASES, KERNELS, PENALTIES,
+                        SOLVER_NAMES, TRAIN_LENGTH_KERNELS, VARIANTS, CATConfig)
 from ..training.optim import DECAY_ON
 from ..training.loop import MODELS, SCHEDULES, TrainConfig
 
@@ -94,8 +94,8 @@ CATLIB_FIELDS = {
     "kernel_horizon": "D, in tokens: the distance map reaches 1 at d = D",
     "kernel_residual": "prior kernels: learn the spectral residual (--no-kernel_residual: the "
                        "prior alone)",
-    "train_length": "T_train of the prior kernels, below which the residual lives "
-                    "(default: --seq)",
+    "train_length": "T_train of the prior kernels, below which the residual lives, and "
+                    "of FIRE, whose threshold L starts at a quarter of it (default: --seq)",
     "far_heads": "prior kernels: the last N heads have no prior (the residual alone, flat "
                  "beyond --train_length) and log-length scaled scores beyond it",
     "attention_residual": "CAT block: the dynamics add the attention's output itself, "
@@ -260,7 +260,7 @@ def configs_from_args(args) -> tuple[CATConfig, TrainConfig, EvalConfig]:
     model = values[CATConfig]     # solver None: train_run resolves it with the device
     train = values[TrainConfig]
     train["models"] = tuple(train["models"])
-    if model["kernel"] in PRIOR_KERNELS and model["train_length"] is None:
+    if model["kernel"] in TRAIN_LENGTH_KERNELS and model["train_length"] is None:
         model["train_length"] = train["seq"]
     # A CAT's branches need its Sobolev weight on absolute steps (TrainConfig.validate):
     # --branches sets it over this run's steps unless given (this run's weights unchanged).

@@ -12,7 +12,9 @@ One concept per module:
 - the operators of a CAT block, one per module: ``attention`` (published / causal
   continuous attention), ``relative`` (kernel on token distances; its map and bins in
   ``distance_map``), ``content`` (the kernel as a score bias of query-key attention),
-  ``decay_prior`` (ALiBi's or KERPLE's prior plus a spectral residual);
+  ``decay_prior`` (ALiBi's or KERPLE's prior plus a spectral residual), ``learned_bias``
+  (the literature's learned biases in the same block: ALiBi plus learned buckets,
+  KERPLE-log, FIRE), ``forgetting`` (FoX's data-dependent forget gate);
   ``distance_kernels`` keeps the old import path of the first two;
 - ``qk_attention`` (causal query-key attention, RoPE), ``baselines`` (the Transformer
   baselines), ``model`` (CAT and its attention factory), ``solvers`` (the depth solvers),

@@ -34,9 +34,18 @@ BASELINE_BLOCKS = ("post-ln-relu", "pre-ln-gelu")
 # CAT's kernel: on positions rescaled to [0, 1] (published), on token distances
 # (relative; see catlib.nn.relative), or as the positional bias of query-key attention
 # (content; see catlib.nn.content); or that bias as a decaying prior, ALiBi's or KERPLE's,
-# plus a spectral residual that vanishes beyond the training length (catlib.nn.decay_prior).
-KERNELS = ("absolute", "relative", "content", "alibi-prior", "kerple-prior")
-PRIOR_KERNELS = ("alibi-prior", "kerple-prior")
+# plus a spectral residual that vanishes beyond the training length (catlib.nn.decay_prior);
+# or, in the same block, a learned bias of the literature in place of CAT's kernel
+# (LEARNED_BIASES: ALiBi plus learned buckets in place of the residual, KERPLE-log, FIRE;
+# catlib.nn.learned_bias) or FoX's data-dependent forget gate (catlib.nn.forgetting).
+LEARNED_BIASES = ("alibi-buckets", "kerple-log", "fire", "fox")
+KERNELS = ("absolute", "relative", "content", "alibi-prior", "kerple-prior") + LEARNED_BIASES
+# The decay-prior kernels (ALiBi's or KERPLE's prior plus a residual that lives on d < T_train):
+# the spectral residual's, or the learned buckets' ("alibi-buckets").
+PRIOR_KERNELS = ("alibi-prior", "kerple-prior", "alibi-buckets")
+# The kernels whose parameters are laid out from the training length ``train_length``: the
+# prior kernels' residual, FIRE's threshold L at initialisation.
+TRAIN_LENGTH_KERNELS = PRIOR_KERNELS + ("fire",)
 
 # The corrections of the published defects (the audit chapter measures each one):
 # field -> (published value, corrected value).
@@ -211,13 +220,19 @@ class CATConfig:
         if not isinstance(self.attention_residual, bool):
             raise ValueError(f"attention_residual must be True or False, "
                              f"got {self.attention_residual!r}")
-        if self.kernel in PRIOR_KERNELS:
+        if self.kernel in TRAIN_LENGTH_KERNELS:
             t = self.train_length
             if isinstance(t, bool) or not isinstance(t, int) or t < 2:
+                why = ("its threshold L starts below it" if self.kernel == "fire"
+                       else "its residual lives on distances below it")
                 raise ValueError(
                     f"kernel={self.kernel!r} needs train_length, the training sequence length "
-                    f"(an integer >= 2; its residual lives on distances below it), got {t!r}; "
+                    f"(an integer >= 2; {why}), got {t!r}; "
                     f"e.g. train_length=128 for runs trained on 128 characters")
+        if self.kernel == "alibi-buckets" and not self.kernel_residual:
+            raise ValueError("kernel='alibi-buckets' with kernel_residual=False is ALiBi alone, "
+                             "the model of kernel='alibi-prior' with kernel_residual=False; use "
+                             "that, or kernel_residual=True for the learned buckets")
         if isinstance(self.far_heads, bool) or not isinstance(self.far_heads, int) \
                 or not 0 <= self.far_heads <= self.n_heads:
             raise ValueError(f"far_heads must be an integer from 0 to n_heads = {self.n_heads}, "

@@ -29,6 +29,9 @@ arXiv 2501.19399, applied beyond the training length only).
 The bias is a function of distance alone and g of the query's position, so the logits of
 a prefix do not change when the sequence grows. ``kernel_residual=False`` keeps the prior
 only (no spectral parameters): with the ALiBi prior, ALiBi inside the CAT block.
+``residual_kind="buckets"`` (``kernel="alibi-buckets"``) replaces the spectral residual by
+piecewise-constant values on log-spaced buckets of d with the same support
+(:class:`~catlib.nn.learned_bias.BucketResidual`): a learned residual without the basis.
 """
 from __future__ import annotations
 
@@ -41,10 +44,13 @@ import torch.nn.functional as F
 
 from .bias import alibi_slopes, toeplitz_bias
 from .kernel import SpectralKernel1D
+from .learned_bias import BucketResidual
 from .plan import GeometryCache, ScoreBiasPlan, basis_cache_enabled, cache_key, plan_target
 from .qk_attention import QKAttention
 
 PRIORS = ("alibi", "kerple")
+# The residual on d < T_train: CAT's spectral expansion, or learned buckets.
+RESIDUALS = ("spectral", "buckets")
 # KERPLE's r1 at initialisation, from the most local head to the flattest (log-spaced),
 # and r2: a spread of decay rates as ALiBi's slopes give.
 KERPLE_R1 = (8.0, 1.25)
@@ -61,15 +67,20 @@ class DecayPriorKernel(nn.Module):
     Parameters: KERPLE's ``r1_raw``, ``r2_raw [h - far_heads]`` (prior "kerple"); the
     residual's ``residual.coeffs [h, n]`` (init 0) and ``residual.log_scale [h, 1]``, absent
     with ``residual=False``. ALiBi's slopes are a buffer, not trained. The last
-    ``far_heads`` heads have no prior.
+    ``far_heads`` heads have no prior. ``residual_kind="buckets"``: the residual is
+    :class:`~catlib.nn.learned_bias.BucketResidual` (``residual.values [h, n]``, init 0,
+    no penalty) instead of the spectral expansion.
     """
 
     def __init__(self, n_heads: int, n_freq: int, prior: str, train_length: int,
                  scale: float = 4.0, residual: bool = True, penalty: str = "exact",
-                 far_heads: int = 0):
+                 far_heads: int = 0, residual_kind: str = "spectral"):
         super().__init__()
         if prior not in PRIORS:
             raise ValueError(f"prior must be one of {list(PRIORS)}, got {prior!r}")
+        if residual_kind not in RESIDUALS:
+            raise ValueError(f"residual_kind must be one of {list(RESIDUALS)}, got {residual_kind!r}")
+        self.residual_kind = residual_kind
         if not (isinstance(train_length, int) and train_length >= 2):
             raise ValueError(f"train_length must be an integer >= 2, got {train_length!r}")
         self.prior_name, self.train_length, self.scale = prior, train_length, float(scale)
@@ -90,7 +101,9 @@ class DecayPriorKernel(nn.Module):
             self.r1_raw = nn.Parameter(_inverse_softplus(r1[:decaying] - 1.0))
             self.r2_raw = nn.Parameter(_inverse_softplus(torch.full((decaying,), KERPLE_R2)))
         self.residual = None
-        if residual:
+        if residual and residual_kind == "buckets":
+            self.residual = BucketResidual(n_heads, n_freq, train_length, self.scale)
+        elif residual:
             self.residual = SpectralKernel1D(n_heads, n_freq, "cosine", penalty)
             with torch.no_grad():
                 self.residual.coeffs.zero_()
@@ -139,6 +152,8 @@ class DecayPriorKernel(nn.Module):
         """r_h(u_T(d)) ``[h, L]``: exactly 0 for d >= T_train - 1 (and without a residual)."""
         if self.residual is None:
             return d.new_zeros(self.n_heads, d.numel())
+        if self.residual_kind == "buckets":
+            return self.residual(d)                          # 0 itself beyond, masked there
         u = self.u(d)
         return self.anchored(u).masked_fill(u >= 1.0, 0.0)   # 0 itself, not a rounded 0
 
@@ -153,6 +168,9 @@ class DecayPriorKernel(nn.Module):
         ``basis_cache(False)``: :meth:`forward` itself, everything evaluated every time."""
         if not basis_cache_enabled():
             return self(torch.arange(length, device=device).to(dtype))
+        if self.residual_kind == "buckets" and self.residual is not None:
+            d = torch.arange(length, device=device).to(dtype)
+            return self.prior(d) + self.residual.at_distances(length, device, dtype)
         key = cache_key(length, device, dtype, self.scale, self.train_length,
                         None if self.residual is None else (self.residual.basis,
                                                             self.residual.n_freq))
@@ -180,8 +198,9 @@ class DecayPriorKernel(nn.Module):
         return self.residual.sobolev_penalty()
 
     def extra_repr(self) -> str:
+        kind = f", residual_kind={self.residual_kind!r}" if self.residual_kind != "spectral" else ""
         return (f"prior={self.prior_name!r}, train_length={self.train_length}, scale={self.scale}, "
-                f"residual={self.residual is not None}, far_heads={self.far_heads}")
+                f"residual={self.residual is not None}, far_heads={self.far_heads}{kind}")
 
 
 class DecayPriorAttention(nn.Module):
@@ -195,11 +214,12 @@ class DecayPriorAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, n_freq: int, prior: str, train_length: int,
                  kernel_scale: float = 4.0, residual: bool = True, penalty: str = "exact",
-                 dropout: float = 0.1, dropout_in_dynamics: bool = False, far_heads: int = 0):
+                 dropout: float = 0.1, dropout_in_dynamics: bool = False, far_heads: int = 0,
+                 residual_kind: str = "spectral"):
         super().__init__()
         self.qk = QKAttention(d_model, n_heads, dropout=0.0)   # no random right-hand side
         self.kernels = DecayPriorKernel(n_heads, n_freq, prior, train_length, kernel_scale,
-                                        residual, penalty, far_heads)
+                                        residual, penalty, far_heads, residual_kind)
         self.drop = nn.Dropout(dropout) if dropout_in_dynamics else nn.Identity()
 
     def sobolev_penalty(self) -> torch.Tensor:

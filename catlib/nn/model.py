@@ -15,6 +15,8 @@ import torch.nn as nn
 from .attention import ContinuousAttention
 from .config import KERNELS, CATConfig
 from .decay_prior import DecayPriorAttention
+from .forgetting import ForgetGateAttention
+from .learned_bias import DistanceBiasAttention, FireAttention, KerpleLogKernel
 from .plan import Plan
 from .relative import RelativeAttention
 from .content import ContentAttention
@@ -27,7 +29,12 @@ def make_attention(cfg: CATConfig) -> nn.Module:
     "absolute": the published/corrected :class:`~catlib.nn.attention.ContinuousAttention`;
     "relative": :class:`~catlib.nn.relative.RelativeAttention`; "content":
     :class:`~catlib.nn.content.ContentAttention`; "alibi-prior", "kerple-prior":
-    :class:`~catlib.nn.decay_prior.DecayPriorAttention`.
+    :class:`~catlib.nn.decay_prior.DecayPriorAttention`; the learned biases of
+    :data:`~catlib.nn.config.LEARNED_BIASES` in the same block: "alibi-buckets" (the
+    ALiBi prior with learned buckets as its residual), "kerple-log"
+    (:class:`~catlib.nn.learned_bias.KerpleLogKernel`), "fire"
+    (:class:`~catlib.nn.learned_bias.FireAttention`), "fox"
+    (:class:`~catlib.nn.forgetting.ForgetGateAttention`).
     """
     cfg = cfg.resolved()
     d = cfg.d_model
@@ -45,11 +52,21 @@ def make_attention(cfg: CATConfig) -> nn.Module:
                                  cfg.dropout, **common)
     if cfg.kernel == "content":
         return ContentAttention(d, cfg.n_heads, cfg.n_freq, cfg.basis, cfg.dropout, **common)
-    if cfg.kernel in ("alibi-prior", "kerple-prior"):
+    if cfg.kernel in ("alibi-prior", "kerple-prior", "alibi-buckets"):
         return DecayPriorAttention(d, cfg.n_heads, cfg.n_freq, cfg.kernel.split("-")[0],
                                    cfg.train_length, cfg.kernel_scale, cfg.kernel_residual,
                                    cfg.penalty, cfg.dropout, cfg.dropout_in_dynamics,
-                                   far_heads=cfg.far_heads)
+                                   far_heads=cfg.far_heads,
+                                   residual_kind="buckets" if cfg.kernel == "alibi-buckets"
+                                   else "spectral")
+    if cfg.kernel == "kerple-log":
+        return DistanceBiasAttention(d, cfg.n_heads, KerpleLogKernel(cfg.n_heads), cfg.dropout,
+                                     cfg.dropout_in_dynamics)
+    if cfg.kernel == "fire":
+        return FireAttention(d, cfg.n_heads, cfg.train_length, cfg.dropout,
+                             cfg.dropout_in_dynamics)
+    if cfg.kernel == "fox":
+        return ForgetGateAttention(d, cfg.n_heads, cfg.dropout, cfg.dropout_in_dynamics)
     raise ValueError(f"kernel must be one of {list(KERNELS)}, got {cfg.kernel!r}")
 
 
