@@ -141,6 +141,9 @@ CATLIB_FIELDS = {
     "batch_tokens": "tokens per evaluation batch; 1 = the published batch of one window",
     "leak_length": "sequence length of the leak score",
     "dropout_in_eval": "keep dropout on during evaluation, as the published script does",
+    "span_length": "every length reads the same text: the span of the validation split that "
+                   "the windows of this length tile, windows spread evenly over it (the book's "
+                   "protocol; e.g. 5000)",
 }
 # Fields without a flag, on purpose, and why.
 LEFT_OUT = {
@@ -156,7 +159,8 @@ ALIASES = {"val_every": ("--val-every",), "checkpoint_every": ("--checkpoint-eve
 PARSERS = {"budget": _budget}          # argparse types that the field's type does not give
 # How the help says a default that is None: the solver is resolved with the device
 # (CATConfig.resolved, in train_run); the prior kernels' train_length follows --seq.
-DEFAULT_WORDS = {"budget": "no limit", "solver": "the published choice, dopri5; rk4-classic on mps"}
+DEFAULT_WORDS = {"budget": "no limit", "solver": "the published choice, dopri5; rk4-classic on mps",
+                 "span_length": "the published protocol, the first windows at each length"}
 METAVARS = {int: "N", float: "X"} | {"budget": "TIME", "lengths": "T"}
 # EvalConfig's flags, shared by train and eval.
 EVAL_CONFIGS = (EvalConfig,)
