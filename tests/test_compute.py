@@ -234,7 +234,8 @@ def test_matched_budget_checked_against_the_analytic_count():
 
 def test_ladders_and_seeds():
     """Every frontier row keeps at least three earlier budgets spanning at least 8x to its
-    last; the moonshot row gets the CAT's compute as steps; one seed only for RoPE's run."""
+    last; the moonshot row gets the CAT's compute as steps; RoPE's run on the seeds of
+    ALiBi's (issue 52: the Euler CAT's target reads it in every seed)."""
     e = profiles.experiment("cpu")
     for label in (*ex.FRONTIER_CATS, ex.EULER_CAT, ex.AS_STEPS, ex.ROPE_LADDER):
         _, tc = ex.row_configs(ex.ROWS[label], e, 0)
@@ -248,8 +249,25 @@ def test_ladders_and_seeds():
     p = {"seeds": [0, 1, 2]}
     assert ex.chapter_seeds("10_equal_compute", ex.AS_STEPS, p) == [0, 1, 2]
     assert ex.chapter_seeds("10_equal_compute", ex.EULER_CAT, p) == [0, 1, 2]
-    assert ex.chapter_seeds("10_equal_compute", ex.ROPE_LADDER, p) == [0]
+    assert ex.chapter_seeds("10_equal_compute", ex.ROPE_LADDER, p) == [0, 1, 2]
+    assert ex.chapter_seeds("10_equal_compute", ex.SCHEDULE_CHECK, p) == [0]
     assert set(ex.NO_COPY_TEST) & set(ex.CHAPTER_ROWS["09_using_context"]) == set()
+
+
+def test_only_the_first_seed_trains_the_frontier_branches():
+    """Issue 52: chapter 10 scores the branched points of a row's first seed only, so the
+    other seeds train none (they trained 17-19 % more steps than the chapter reads); the
+    scale study, which scores every seed's points, keeps them on every seed."""
+    from catlib.experiment import scale
+
+    e = dataclasses.replace(profiles.experiment("cpu"), seeds=(0, 1, 2))
+    for label in ex.FRONTIER_ROWS:
+        first, other = (ex.row_configs(ex.ROWS[label], e, s)[1] for s in (0, 2))
+        assert bool(first.branches) == bool(ex.ROWS[label].ladder), label
+        assert other.branches == () and other.train_steps == first.train_steps, label
+    for label in scale.SCALE_ROWS:
+        _, tc, steps = scale.scale_configs(label, e, 2, [1, 2, 4])
+        assert sorted(tc.branches) == sorted(steps[b] for b in (1, 2)), label
 
 
 def test_flops_per_token_extended_beyond_1024_is_the_count():

@@ -93,12 +93,33 @@ def test_catlib_commit_names_the_commit_only_where_there_is_no_checkout(outer, m
                                           "source": "CATLIB_COMMIT"}
 
 
-def test_the_default_root_is_the_repository_that_holds_catlib():
-    """REPO_ROOT is the folder above the package, PACKAGE_DIR the package (one name, one
-    folder): the commit is the repository's, the fingerprint reads the package's files."""
-    assert provenance.PACKAGE_DIR == PROVENANCE_FILE.parents[1]
-    assert (provenance.PACKAGE_DIR / "__init__.py").is_file()
-    assert provenance.REPO_ROOT == provenance.PACKAGE_DIR.parent == PROVENANCE_FILE.parents[2]
+# What a clone's catlib says of itself, run from outside the clone (its root must not come
+# from the working directory).
+ROOT_PROBE = ("import json\n"
+              "from catlib.common import provenance as p\n"
+              "print(json.dumps({'root': str(p.REPO_ROOT), 'package': str(p.PACKAGE_DIR),\n"
+              "                  'git': p.git_state(), 'fingerprint': p.code_fingerprint()}))\n")
+
+
+@pytest.mark.slow("clones the repository and imports its catlib in a subprocess")
+def test_the_default_root_is_the_repository_that_holds_catlib(clone):
+    """A clone whose model code differs from this checkout's (one line more in
+    ``nn/config.py``, committed), its catlib imported from a folder outside it: its root is
+    the clone, its commit the one ``git rev-parse HEAD`` reads there, its fingerprint that of
+    its own package, not this checkout's."""
+    config = clone / "catlib" / "nn" / "config.py"
+    if "# a clone's own line" not in config.read_text():
+        config.write_text(config.read_text() + "# a clone's own line\n")
+        _git(clone, "commit", "-q", "-am", "a line of model code only the clone has")
+    env = {k: v for k, v in os.environ.items() if k != "CATLIB_COMMIT" and k not in GIT_VARIABLES}
+    env["PYTHONPATH"] = str(clone)
+    r = subprocess.run([sys.executable, "-c", ROOT_PROBE], cwd=clone.parent, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert Path(out["root"]) == clone.resolve() and Path(out["package"]) == clone.resolve() / "catlib"
+    assert out["git"] == {"commit": _git(clone, "rev-parse", "HEAD"), "dirty": False, "source": "git"}
+    assert out["fingerprint"] != provenance.code_fingerprint()
 
 
 def test_git_state_with_no_argument_reports_this_checkout(monkeypatch):

@@ -1,9 +1,11 @@
 """``python -m catlib.book.scale``: every argument checked before anything trains (one
-line, exit 2, no file, no run directory), and a study whose plan has no 1x point of seed 0
+line, exit 2, no file, no run directory; the folders of ``--out`` and ``--root`` writable,
+the budgets holding the 1x unit), and a study whose plan has no 1x point of seed 0
 skips its schedule check with a note instead of crashing after the training."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,11 @@ from catlib.experiment import scale
     (["--seeds", "0", "1"], "give both"),
     (["--budgets", "1", "--seeds", "-1"], "seeds are >= 0"),
     (["--out", "FILE"], "is a file"),
+    # issue 52: each of these passed the checks and failed after the training, or later
+    (["--out", "/proc/nope"], "--out /proc/nope: cannot write in /proc"),
+    (["--root", "/proc/nope"], "--root /proc/nope: cannot write in /proc"),
+    (["--root", "FILE/runs"], "--root FILE/runs: "),
+    (["--budgets", "2", "4"], "include 1 (e.g. --budgets 1 2 4)"),
 ])
 def test_bad_arguments_stop_before_anything_trains(tmp_path, capsys, monkeypatch, args, says):
     monkeypatch.chdir(tmp_path)
@@ -37,6 +44,27 @@ def test_bad_arguments_stop_before_anything_trains(tmp_path, capsys, monkeypatch
     assert code == 2 and len(err.splitlines()) == 1 and says in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE"]   # nothing written
     assert (tmp_path / "FILE").read_text() == "keep me"
+
+
+def test_the_write_check_leaves_nothing_behind(tmp_path, monkeypatch):
+    """Folders that do not exist yet pass the check (they are made after the training) and
+    the check leaves no trace, neither those folders nor its temporary one; a folder where
+    nothing can be made is named with the reason."""
+    import argparse
+
+    from catlib.book.scale import ScaleArgsError, check_args, check_writable
+
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(profile="smoke", budgets=[1, 2], seeds=None, jobs=None,
+                              device="cpu", out="a/b", root="c")
+    assert check_args(args)[3] == Path("a/b/scale_smoke_cpu.json")
+    assert list(tmp_path.iterdir()) == []
+
+    def refused(**kwargs):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr("catlib.book.scale.tempfile.mkdtemp", refused)
+    with pytest.raises(ScaleArgsError, match=r"^--root c/d: cannot write in .* \(Permission denied\)"):
+        check_writable("--root", Path("c/d"))
 
 
 def test_a_plan_without_seed_0_at_1x_trains_only_its_runs(tiny_path, monkeypatch, tmp_path):

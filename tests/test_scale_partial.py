@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from catlib.book import profiles
-from catlib.common.provenance import git_state
 from catlib.experiment import scale
+from catlib import runs
+from catlib.runs import StorageError
 from catlib.experiment.grid import _train_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +61,8 @@ def cut_study(study_dir, tiny_path, monkeypatch):
 @pytest.mark.slow("trains two tiny runs of the scale study (module fixture)")
 def test_seeds_count_only_at_the_budgets_they_reached(cut_study):
     """No KeyError for seed 1 at 2x: the ALiBi row has seeds 0 and 1 at 1x, seed 0 alone
-    at 2x; the unfinished rows are absent; the commit is this checkout's."""
+    at 2x; the unfinished rows are absent; the commit is this checkout's, as git reports it
+    (``git rev-parse HEAD``), and none where this is no checkout (CATLIB_COMMIT unset)."""
     out = cut_study / "results" / "scale_cpu.json"
     out.parent.mkdir(exist_ok=True)
     scale_partial.main("cpu", str(out))
@@ -74,10 +77,11 @@ def test_seeds_count_only_at_the_budgets_they_reached(cut_study):
     assert study["plan"] == {"1": [0, 1], "2": [0]} and study["partial"] is True
     assert sorted(map(tuple, study["finished_runs"])) == [(scale.ALIBI, 0), (scale.ALIBI, 1)]
     prov = study["provenance"]
-    here = git_state()                                      # this checkout's commit, from git
-    assert (prov["git"]["commit"], prov["git"]["source"]) == (here["commit"], here["source"])
-    if (ROOT / ".git").exists():
-        assert prov["git"]["commit"] and prov["git"]["source"] == "git"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if (ROOT / ".git").exists() and head.returncode == 0:
+        assert (prov["git"]["commit"], prov["git"]["source"]) == (head.stdout.strip(), "git")
+    else:
+        assert (prov["git"]["commit"], prov["git"]["source"]) == (None, None)
     assert prov["device"]["type"] == "cpu" and prov["profile"] == "cpu"
     assert prov["written_by"].startswith("python -m benchmarks.scale_partial cpu")
     assert {"date", "code", "versions"} <= set(prov)
@@ -86,16 +90,19 @@ def test_seeds_count_only_at_the_budgets_they_reached(cut_study):
 
 @pytest.mark.slow("trains two tiny runs of the scale study (module fixture)")
 def test_a_failed_write_leaves_the_previous_artefact(cut_study, monkeypatch):
-    """The artefact is written atomically: where the study cannot be written (here a row
-    that is no JSON), the previous file stays whole, not truncated."""
+    """The artefact is written atomically: a disk that fills up in the middle of the write
+    (the fault hook tears the write in half, then raises ENOSPC) leaves the previous file
+    whole and no temporary behind. A writer that truncates the file first fails this (the
+    file is half written), and so does one that never reaches the hook (the file is
+    replaced: no error)."""
     out = cut_study / "previous.json"
     out.write_text('{"rows": "the previous study"}\n')
-    monkeypatch.setattr(scale, "scale_table", lambda runs, *a, **k: {
-        label: {"points": object()} for label, _ in runs})
-    with pytest.raises(TypeError):
+    monkeypatch.setenv("CATLIB_FAULT", "enospc:previous.json:1")
+    runs._FAULT_COUNTS.clear()                    # the first write of that name from here
+    with pytest.raises(StorageError, match="previous version, if any, is intact"):
         scale_partial.main("cpu", str(out))
     assert out.read_text() == '{"rows": "the previous study"}\n'
-    assert [p.name for p in cut_study.iterdir() if p.name.endswith(".tmp")] == []
+    assert sorted(p.name for p in cut_study.iterdir() if p.name.endswith(".tmp")) == []
 
 
 def test_reached_keeps_each_seed_to_its_own_budgets():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +32,10 @@ def check_args(args) -> tuple:
     if args.budgets is not None and any(b < 1 for b in args.budgets):
         raise ScaleArgsError(f"--budgets {' '.join(map(str, args.budgets))}: every budget is a "
                              "multiple of the 1x FLOPs and must be at least 1")
+    if args.budgets is not None and 1 not in args.budgets:
+        raise ScaleArgsError(f"--budgets {' '.join(map(str, args.budgets))}: chapter 11 reads "
+                             "every budget against the 1x one; include 1 (e.g. --budgets 1 "
+                             f"{' '.join(map(str, args.budgets))})")
     if args.seeds is not None and args.budgets is None:
         raise ScaleArgsError("--seeds applies to the budgets of --budgets; give both "
                              "(e.g. --budgets 1 2 --seeds 0 1)")
@@ -45,11 +50,30 @@ def check_args(args) -> tuple:
     if out.exists() and not out.is_dir():
         raise ScaleArgsError(f"--out {out} is a file; give the folder that is to hold "
                              "scale_<device>.json")
+    check_writable("--out", out)
+    check_writable("--root", Path(args.root))
     plan = ({b: tuple(sorted(set(args.seeds or (0, 1, 2)))) for b in sorted(set(args.budgets))}
             if args.budgets else plan_for(device))
     kind = device.type
     name = f"scale_{kind}.json" if args.profile == "cpu" else f"scale_{args.profile}_{kind}.json"
     return device, plan, profile_experiment(args.profile), out / name
+
+
+def check_writable(flag: str, folder: Path) -> None:
+    """Raise :class:`ScaleArgsError` unless ``folder`` can be made (if missing) and written
+    in: a temporary folder is made where the first missing part of its path would be, then
+    removed, so that nothing is left behind."""
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ScaleArgsError(f"{flag} {folder}: {existing} is a file; give a folder you can "
+                             "write to")
+    try:
+        Path(tempfile.mkdtemp(prefix=".scale-check-", dir=existing)).rmdir()
+    except OSError as e:
+        raise ScaleArgsError(f"{flag} {folder}: cannot write in {existing} ({e.strerror or e}); "
+                             "give a folder you can write to") from None
 
 
 def main(argv=None) -> int:

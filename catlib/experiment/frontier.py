@@ -106,6 +106,38 @@ def who_wins(diff, lengths, rebuild: float | None, first: str, second: str, wind
     return verdict(diff, lengths, first, second, rebuild, window)
 
 
+# The Euler CAT's target at equal compute (issue 31's moonshot): ahead of every baseline
+# given the same training compute by at least this many nats, at every length in every seed.
+TARGET_LEAD = 0.05
+
+
+def equal_compute_target(ce: dict, row: str, baselines, seeds, lengths,
+                         margin: float = TARGET_LEAD) -> dict:
+    """Whether ``row`` meets its target against every one of ``baselines``: ``{"met",
+    "closest", "smallest", "against", "seed", "length"}``.
+
+    ``ce``: ``{label: CE [seeds, lengths]}``, every row on ``seeds`` in that order. A lead
+    is CE of a baseline minus CE of ``row`` in the same seed; ``closest`` ``[seeds,
+    lengths]`` the lead over the nearest baseline; met: every lead at least ``margin`` (a
+    lead not measured, NaN, misses it). ``smallest``: the smallest lead (NaN where one is
+    not measured), ``against`` the baseline, ``seed`` and ``length`` where it is.
+    """
+    leads = np.stack([np.asarray(ce[b], float) - np.asarray(ce[row], float) for b in baselines])
+    b, s, i = np.unravel_index(np.argmin(np.where(np.isnan(leads), -np.inf, leads)), leads.shape)
+    return {"met": bool((leads >= margin).all()), "closest": leads.min(0),
+            "smallest": float(leads[b, s, i]), "against": baselines[b], "seed": seeds[s],
+            "length": lengths[i]}
+
+
+def target_lead_words(target: dict) -> str:
+    """The smallest lead of :func:`equal_compute_target` and the row it is against, in
+    words: "+0.011 at 128 in seed 0, against RoPE baseline, CAT's compute as steps"."""
+    from ..common.formatting import signed
+
+    lead = "not measured" if np.isnan(target["smallest"]) else signed(target["smallest"])
+    return f"{lead} at {target['length']} in seed {target['seed']}, against {target['against']}"
+
+
 def frontier_leads(table: dict, row: str, other: str, length: str) -> list:
     """At each budget of ``row``: CE of ``other`` minus CE of ``row``, ``other``'s CE
     interpolated in log training FLOPs between its points (None outside its range); > 0

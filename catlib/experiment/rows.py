@@ -152,11 +152,12 @@ CHAPTER_ROWS = {"05_training": ("published CAT", "causal CAT"), **_BOOK_ROWS,
 
 # Chapter 10 (equal compute). The row whose training FLOPs the compute-matched rows get
 # (the headline CAT, RK4 x1); the one-layer ALiBi baseline given that CAT's training FLOPs
-# as more steps or as more layers; RoPE given them as steps (one seed: its frontier); and
-# the CAT kernel at a baseline's cost per step (ALiBi's prior, one Euler step: one block
-# evaluation) given them as steps. Every frontier row keeps a point at shares of the
-# experiment's steps (``ladder``, :func:`with_points`): on the book's recipe a run of that
-# many steps branched from the row's run where its decay starts, the shorter run exactly.
+# as more steps or as more layers; RoPE given them as steps; and the CAT kernel at a
+# baseline's cost per step (ALiBi's prior, one Euler step: one block evaluation) given them
+# as steps. Every frontier row's run on the experiment's first seed keeps a point at shares
+# of the experiment's steps (``ladder``, :func:`with_points`): on the book's recipe a run of
+# that many steps branched from the row's run where its decay starts, the shorter run
+# exactly; the other seeds train no branches (the chapter scores their last step only).
 MATCHED = "KERPLE-prior CAT"
 EULER_CAT = "ALiBi-prior CAT, Euler x1, CAT's compute as steps"
 AS_STEPS, AS_LAYERS = "ALiBi baseline, CAT's compute as steps", "ALiBi baseline, CAT's compute as layers"
@@ -192,6 +193,9 @@ ROWS.update({a.label: a for a in (
 FRONTIER_CATS = (MATCHED, "KERPLE-prior CAT, ODE-consistent")
 ROWS.update({label: dataclasses.replace(ROWS[label], ladder=CAT_LADDER) for label in FRONTIER_CATS})
 COMPUTE_MATCHED = (AS_STEPS, AS_LAYERS)
+# Every baseline given the CAT's compute, on the same seeds: the Euler CAT's target reads
+# them all (:func:`catlib.experiment.frontier.equal_compute_target`).
+MATCHED_BASELINES = (*COMPUTE_MATCHED, ROPE_LADDER)
 # The CAT that is to win at equal compute (issue 31's moonshot): three seeds, in the
 # compute-matched table and on the frontier.
 EXTRA_EQUAL_COMPUTE: tuple = (EULER_CAT, EULER_CONTROL)
@@ -200,13 +204,13 @@ EXTRA_EQUAL_COMPUTE: tuple = (EULER_CAT, EULER_CONTROL)
 SCHEDULE_CHECK = f"{MATCHED}, 1/2 steps"
 ROWS[SCHEDULE_CHECK] = dataclasses.replace(ROWS[MATCHED], label=SCHEDULE_CHECK, steps_share=0.5,
                                            ladder=())
-# Rows of chapter 10 with one seed (a frontier away from the headline point; the check).
-FRONTIER_ONE_SEED = (ROPE_LADDER, SCHEDULE_CHECK)
+# Rows of chapter 10 with one seed (the check).
+FRONTIER_ONE_SEED = (SCHEDULE_CHECK,)
 # The rows on chapter 10's frontier: the pool scores their ladder points beside training
 # (every kept step of a row's first seed, the last step of every seed).
 FRONTIER_ROWS = (AS_STEPS, ROPE_LADDER, *FRONTIER_CATS, *EXTRA_EQUAL_COMPUTE, AS_LAYERS)
 CHAPTER_ROWS["10_equal_compute"] = (
-    "ALiBi baseline", "RoPE baseline", *FRONTIER_CATS, *COMPUTE_MATCHED, *EXTRA_EQUAL_COMPUTE,
+    "ALiBi baseline", "RoPE baseline", *FRONTIER_CATS, *MATCHED_BASELINES, *EXTRA_EQUAL_COMPUTE,
     *FRONTIER_ONE_SEED)
 # The seed of the random-character passages of the study's copy test (the same for every model).
 RANDOM_PASSAGES_SEED = 0
@@ -233,7 +237,7 @@ def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
         owner = next(name for name, rows in _BOOK_ROWS.items() if label in rows)
         return chapter_seeds(owner, label, params)
     if label in DIAGNOSTIC + STUDY_DIAGNOSTIC + FRONTIER_ONE_SEED:  # 08's and 09's diagnostics,
-        return list(params["seeds"][:1])                           # 10's frontier points
+        return list(params["seeds"][:1])                           # 10's check
     if chapter == "06_context_length" and ROWS[label].variant == "published":
         return list(params["published_seeds"])
     return list(params["seeds"])
@@ -300,8 +304,9 @@ def budget_configs(row, experiment, model, train):
     ("layers", R): the most layers whose FLOPs per step stay within R's, then as many
     steps as give it R's training FLOPs (layers come in whole numbers: at the ``cpu``
     profile's sizes 4 ALiBi layers cost 1.00 of the RK4 x1 CAT's FLOPs per step, so they
-    train the experiment's steps). ``ladder``: the weights are also kept after ``round(f *
-    train_steps)`` steps for each share f, those below the run's own steps.
+    train the experiment's steps). ``ladder``: on the experiment's first seed (the seed whose
+    points chapter 10 scores), the weights are also kept after ``round(f * train_steps)``
+    steps for each share f, those below the run's own steps; the other seeds keep none.
     """
     steps = experiment.train.train_steps
     if row.steps_share != 1.0:
@@ -319,7 +324,7 @@ def budget_configs(row, experiment, model, train):
             model = dataclasses.replace(model, blocks=n)
             n = matched_budget(target, model, train.batch, train.seq, steps, "steps", row.model)
         train = dataclasses.replace(train, train_steps=n)
-    if row.ladder:
+    if row.ladder and train.seed == experiment.seeds[0]:
         keep = tuple(n for n in sorted({round(f * steps) for f in row.ladder} - {0})
                      if n < train.train_steps and trainable(train, n))
         train = with_points(train, keep)

@@ -1,0 +1,59 @@
+"""Chapter 10's target for the Euler CAT (issue 52): a lead of at least 0.05 nats over every
+baseline given the same training compute, at every length in every seed, read against
+ALiBi as steps, ALiBi as layers and RoPE as steps (it read the two ALiBi rows only, and
+said "met" where RoPE at the same FLOPs was 0.011 behind the CAT at 128)."""
+import numpy as np
+
+from catlib.experiment import frontier as fr
+from catlib.experiment import rows as ex
+
+SEEDS, LENGTHS = [0, 1, 2], [128, 512, 1024, 5000]
+
+
+def _ce(rope_at_128: float) -> dict:
+    """CE [seeds, lengths]: the Euler CAT of results/frontier_cpu.json at 128 (1.575 in seed
+    0), ALiBi's two rows 0.06 or more above it, RoPE ``rope_at_128`` in seed 0 at 128."""
+    euler = np.array([[1.575, 1.59, 1.66, 1.592], [1.572, 1.59, 1.66, 1.594],
+                      [1.566, 1.58, 1.65, 1.585]])
+    rope = euler + 0.3
+    rope[0, 0] = rope_at_128
+    return {ex.EULER_CAT: euler, ex.AS_STEPS: euler + 0.069, ex.AS_LAYERS: euler + 0.2,
+            ex.ROPE_LADDER: rope}
+
+
+def test_rope_within_the_margin_misses_the_target_and_is_named():
+    ce = _ce(rope_at_128=1.586)
+    t = fr.equal_compute_target(ce, ex.EULER_CAT, ex.MATCHED_BASELINES, SEEDS, LENGTHS)
+    assert t["met"] is False
+    assert (t["against"], t["seed"], t["length"]) == (ex.ROPE_LADDER, 0, 128)
+    assert np.isclose(t["smallest"], 0.011)
+    assert fr.target_lead_words(t) == f"+0.011 at 128 in seed 0, against {ex.ROPE_LADDER}"
+    # the old reading (the two ALiBi rows only) called the same numbers met
+    assert fr.equal_compute_target(ce, ex.EULER_CAT, ex.COMPUTE_MATCHED, SEEDS, LENGTHS)["met"]
+
+
+def test_a_lead_of_the_margin_everywhere_meets_it_and_names_the_nearest_row():
+    t = fr.equal_compute_target(_ce(rope_at_128=1.9), ex.EULER_CAT, ex.MATCHED_BASELINES,
+                                SEEDS, LENGTHS)
+    assert t["met"] is True and t["against"] == ex.AS_STEPS and np.isclose(t["smallest"], 0.069)
+    assert t["closest"].shape == (3, 4) and np.allclose(t["closest"], 0.069)
+
+
+def test_a_lead_not_measured_misses_the_target_in_words():
+    ce = _ce(rope_at_128=1.9)
+    ce[ex.AS_LAYERS][2, 3] = np.nan
+    t = fr.equal_compute_target(ce, ex.EULER_CAT, ex.MATCHED_BASELINES, SEEDS, LENGTHS)
+    assert t["met"] is False and t["against"] == ex.AS_LAYERS
+    assert fr.target_lead_words(t) == f"not measured at 5000 in seed 2, against {ex.AS_LAYERS}"
+
+
+def test_the_target_reads_every_compute_matched_baseline_on_the_euler_cats_seeds():
+    """Every baseline row given the CAT's compute is read, and chapter 10 trains each on the
+    Euler CAT's seeds (RoPE's was one seed, a frontier point)."""
+    matched = {label for label, row in ex.ROWS.items() if row.compute_as and not row.is_cat}
+    assert set(ex.MATCHED_BASELINES) == matched
+    params = {"seeds": SEEDS}
+    for label in ex.MATCHED_BASELINES:
+        assert label in ex.CHAPTER_ROWS["10_equal_compute"]
+        assert (ex.chapter_seeds("10_equal_compute", label, params)
+                == ex.chapter_seeds("10_equal_compute", ex.EULER_CAT, params) == SEEDS), label
