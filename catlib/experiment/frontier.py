@@ -28,13 +28,15 @@ DIAL = (("euler", 1), ("euler", 2), ("rk4-classic", 1), ("euler", 4), ("rk4-clas
         ("euler", 8), ("rk4-classic", 4))
 
 
-def frontier_table(runs: dict, points: dict, corpus, lengths, caps, device=None) -> dict:
+def frontier_table(runs: dict, points: dict, corpus, lengths, caps, device=None,
+                   span_length: int | None = None) -> dict:
     """The artefact ``results/frontier_<profile>.json``: ``{row: {"points": [{"steps": n,
     "train_flops": f, "seconds": s, "ce": {"<length>": [CE per seed]}}]}}``.
 
     ``points``: ``{row: [(label, seeds, step), ...]}``, each point the weights of the runs
     ``runs[label, seed]`` after ``step`` steps (their final weights or a ladder point);
-    ``train_flops`` and ``seconds`` are the mean over its seeds. ``corpus``: the rows' split.
+    ``train_flops`` and ``seconds`` are the mean over its seeds. ``corpus``: the rows' split;
+    ``span_length``: every length reads the same text (:mod:`catlib.measure.evaluate`).
     """
     out = {}
     for row, plist in points.items():
@@ -42,7 +44,8 @@ def frontier_table(runs: dict, points: dict, corpus, lengths, caps, device=None)
         for label, seeds, step in plist:
             pts.append({"steps": int(step), "seeds": [int(s) for s in seeds],
                         **ladder_point([(runs[label, s], step) for s in seeds], ROWS[label].model,
-                                       corpus, lengths, caps, device)})
+                                       corpus, lengths, caps, device,
+                                       span_length=span_length)})
         out[row] = {"points": sorted(pts, key=lambda p: p["train_flops"])}
     return out
 
