@@ -10,7 +10,7 @@ from catlib import book
 from catlib.experiment import grid as ex
 from catlib.experiment import pool
 from catlib.data import load_corpus
-from catlib.measure.evaluate import context_table, cross_entropy
+from catlib.measure.evaluate import context_table, cross_entropy, text_span
 from catlib.experiment.artefacts import read_extrapolation_json, read_position_csv
 
 SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1, dropout=0.0)
@@ -342,20 +342,32 @@ def test_a_pool_of_stored_runs_starts_no_worker_and_a_new_run_is_not_begun(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_table_errors_read_the_windows_the_scores_read(trained):
+@pytest.fixture(scope="module")
+def trained_with_curve(tmp_path_factory, tiny_path):
+    """The book's shape of a chapter's runs: the shorter lengths evaluated, the longest (64)
+    scored per position, every length on the span that 64's windows tile."""
+    labels = ("causal CAT", "RoPE baseline")
+    runs = ex.train_rows(labels, [0], SIZES, TRAIN, root=tmp_path_factory.mktemp("curve"),
+                         device="cpu", lengths=[16, 32], eval_windows=2, curve_length=64,
+                         curve_windows=3, echo=None)
+    return runs, load_corpus(tiny_path, split="90/10")
+
+
+def test_table_errors_read_the_windows_the_scores_read(trained_with_curve):
     # Catches a stated window count that is not the one the CEs read, and a standard error
     # that is not the CE's own (each row's stored evaluation, the curve's windows at the
     # longest length).
-    runs, corpus = trained
+    runs, corpus = trained_with_curve
     corpora = {"90/10": corpus}
     labels, longest = ("causal CAT", "RoPE baseline"), 64
-    windows, se = ex.table_errors(runs, labels, [0], corpora, longest, eval_windows=2,
-                                  curve_windows=3)
-    assert windows == {16: 2, 32: 2, 64: 3}
+    reads, se = ex.table_errors(runs, labels, [0], corpora, longest, eval_windows=2,
+                                curve_windows=3)
+    assert reads == {"90/10": {"windows": {16: 2, 32: 2, 64: 3},
+                               "span": text_span(len(corpus.val), 64)}}
     cat, _ = runs["causal CAT", 0].load_models()
     _, rope = runs["RoPE baseline", 0].load_models()
-    for L, n in windows.items():
-        expected = [cross_entropy(m, corpus.val, L, eval_windows=n,
+    for L, n in reads["90/10"]["windows"].items():
+        expected = [cross_entropy(m, corpus.val, L, eval_windows=n, span_length=longest,
                                   **({"batch_tokens": L} if L == longest else {}))["se"]
                     for m in (cat, rope)]
         # float32 logits from batches of other sizes: the CEs agree to float32 rounding.
@@ -366,5 +378,6 @@ def test_table_errors_read_the_windows_the_scores_read(trained):
 
 def test_table_errors_without_a_curve_read_the_stored_lengths(trained):
     runs, corpus = trained
-    windows, se = ex.table_errors(runs, ["RoPE baseline"], [0], {"90/10": corpus}, None, 2)
-    assert windows == {16: 2, 32: 2} and all(len(v) == 1 and v[0] > 0 for v in se.values())
+    reads, se = ex.table_errors(runs, ["RoPE baseline"], [0], {"90/10": corpus}, None, 2)
+    assert reads == {"90/10": {"windows": {16: 2, 32: 2}, "span": text_span(len(corpus.val), 32)}}
+    assert all(len(v) == 1 and v[0] > 0 for v in se.values())

@@ -77,12 +77,14 @@ def test_runs_beside_others_equal_runs_alone(data, tmp_path):
     assert alone["rows"] == beside["rows"]
     (point,) = [p for p in alone["rows"][scale.ALIBI]["points"] if p["budget"] == 2]
     assert set(point) == {"budget", "steps", "seeds", "train_flops", "ce", "se", "windows",
-                          "train_ce"}
+                          "train_ce", "window_ce"}
     assert set(point["ce"]) == {"16", "32", "64"} and len(point["ce"]["16"]) == 1
-    # every non-overlapping window of the validation split, at every length
+    # every window of the span that the longest length's windows tile, at every length
     from catlib.data import load_corpus
-    val = len(load_corpus(split="90/10").val)
-    assert point["windows"] == {str(L): (val - L - 1) // L for L in (16, 32, 64)}
+    from catlib.measure.evaluate import text_span
+    span = text_span(len(load_corpus(split="90/10").val), 64)
+    assert point["windows"] == {str(L): span // L for L in (16, 32, 64)}
+    assert {L: len(v) for L, v in point["window_ce"].items()} == point["windows"]
     assert all(0 < se < 0.1 for se in point["se"]["16"])
 
 

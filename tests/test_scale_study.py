@@ -357,3 +357,27 @@ def test_the_scale_sentence_is_placed_where_a_block_has_none(tmp_path):
     assert answer in (tmp_path / "README.md").read_text()
     republish_scale_answer(tmp_path)                      # again: replaced, not added twice
     assert (tmp_path / "results" / "headline_cpu.md").read_text() == block
+
+
+def test_a_margin_s_window_error_is_paired_where_the_points_keep_each_window():
+    # Two rows whose windows share a large difficulty: the per-window pairing gives the
+    # small error of the difference; a point scored on other seeds falls back to the bound.
+    import numpy as np
+    from catlib.book import scale_readings as sr
+    from catlib.common.verdicts import pair_error
+
+    rng = np.random.default_rng(1)
+    hard = rng.normal(1.8, 0.3, 50)
+    study = _baselines(**{EULER: {1: [1.95, 1.96], 4: [1.60, 1.61]}})
+    for row, shift in ((EULER, 0.0), (ALIBI, 0.05)):
+        for p in study["rows"][row]["points"]:
+            p["se"] = {L: [0.04, 0.04] for L in ("128", "5000")}
+            p["window_ce"] = {L: (hard + shift + rng.normal(0, 0.01, 50)).tolist()
+                              for L in ("128", "5000")}
+    diff, window = sr.difference(study, 1, [0, 1], EULER, ALIBI)
+    a, b = (sr.point(study, r, 1)["window_ce"]["128"] for r in (EULER, ALIBI))
+    assert window[0] == pytest.approx(np.std(np.subtract(a, b), ddof=1) / np.sqrt(50))
+    assert window[0] < pair_error([[0.04]], [[0.04]])[0] / 5
+    # seeds that are not the points' own: the bound from each row's standard error
+    _, bound = sr.difference(study, 1, [0], EULER, ALIBI)
+    assert bound[0] == pytest.approx(pair_error([[0.04]], [[0.04]])[0])

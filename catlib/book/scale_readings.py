@@ -106,8 +106,9 @@ def matrix(study: dict, row: str, budget: int, seeds, key: str = "ce") -> np.nda
 def difference(study: dict, budget: int, seeds, above, below) -> tuple[np.ndarray, np.ndarray | None]:
     """``(diff, window)``: CE(``above``) − CE(``below``) per seed and length ``[seeds,
     lengths]`` (each a row, or a row per length), and the window-sampling error of its mean
-    per length from the rows' own standard errors (:func:`~catlib.common.verdicts.pair_error`,
-    a conservative bound: the artefact keeps no per-window differences). ``window`` is None
+    per length: from each window's pair of CEs where both points keep them for exactly
+    these seeds (:func:`paired_error`), else from the rows' own standard errors
+    (:func:`~catlib.common.verdicts.pair_error`, a conservative bound). ``window`` is None
     for an artefact that stores no standard errors (one from before every window was
     scored: its differences are judged on the seeds alone), NaN where one point lacks them."""
     def per_length(rows, key):
@@ -116,7 +117,26 @@ def difference(study: dict, budget: int, seeds, above, below) -> tuple[np.ndarra
         return np.stack([got[r][:, i] for i, r in enumerate(rows)], 1).reshape(len(seeds), len(rows))
 
     window = pair_error(per_length(above, "se"), per_length(below, "se"))
+    rows_at = lambda rows: [rows] * len(lengths(study)) if isinstance(rows, str) else list(rows)
+    for i, (a, b, L) in enumerate(zip(rows_at(above), rows_at(below), lengths(study))):
+        paired = paired_error(point(study, a, budget), point(study, b, budget), L, seeds)
+        if paired is not None:
+            window[i] = paired
     return per_length(above, "ce") - per_length(below, "ce"), None if np.isnan(window).all() else window
+
+
+def paired_error(a: dict | None, b: dict | None, length: str, seeds) -> float | None:
+    """The window-sampling error of the mean difference CE(a) − CE(b) at ``length`` from each
+    window's CE (the points' ``window_ce``, means over their seeds): the standard deviation
+    over the windows of their difference over sqrt(windows). None where a point keeps no
+    per-window CEs or was not scored on exactly ``seeds`` (its mean is then another one)."""
+    if a is None or b is None or any(sorted(p["seeds"]) != sorted(seeds) for p in (a, b)):
+        return None
+    wa, wb = (p.get("window_ce", {}).get(length) for p in (a, b))
+    if wa is None or wb is None or len(wa) != len(wb) or len(wa) < 2:
+        return None
+    d = np.subtract(wa, wb)
+    return float(d.std(ddof=1) / np.sqrt(len(d)))
 
 
 def lead_at(study: dict, row: str, budget: int, seeds=None) -> dict | None:

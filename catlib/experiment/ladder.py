@@ -109,7 +109,7 @@ def ladder_scores(run, model_key: str, step: int, corpus, lengths, caps, device=
         for L, n in zip(lengths, caps):
             found = cross_entropy(model, text, L, eval_windows=n, device=device,
                                   span_length=span_length)
-            out[str(L)] = {k: found[k] for k in ("ce", "se", "windows")}
+            out[str(L)] = {k: found[k] for k in ("ce", "se", "windows", "window_ce")}
         return out
     return stored_with_run(run, name, ident, score)
 
@@ -130,7 +130,8 @@ def ladder_point(at: list, model_key: str, corpus, lengths, caps, device=None,
     """One point of a frontier from the weights of several seeds' runs: ``at`` lists
     ``(run, step)``, one per seed. ``{"train_flops", "seconds"}`` (the mean over the seeds of
     :func:`step_train_flops`), ``"ce": {"<length>": [CE per seed]}``, ``"se"`` (the same,
-    each CE's standard error from window sampling) and ``"windows": {"<length>": n}``
+    each CE's standard error from window sampling), ``"windows": {"<length>": n}`` and
+    ``"window_ce": {"<length>": [n]}`` (each window's CE, the mean over the seeds)
     (:func:`ladder_scores`); with ``train_length``, ``"train_ce": {"<length>": [...]}``: CE
     on as many windows of the training split at that length (where a row overfits).
     Chapter 10's frontier and the scale study build their points here."""
@@ -141,7 +142,11 @@ def ladder_point(at: list, model_key: str, corpus, lengths, caps, device=None,
              "seconds": float(np.mean([c[1] for c in counted])),
              "ce": {str(L): [s[str(L)]["ce"] for s in scores] for L in lengths},
              "se": {str(L): [s[str(L)]["se"] for s in scores] for L in lengths},
-             "windows": {str(L): scores[0][str(L)]["windows"] for L in lengths}}
+             "windows": {str(L): scores[0][str(L)]["windows"] for L in lengths},
+             # each window's CE, the mean over the seeds: the paired error of a difference
+             # between two points of the same seeds (the mean of differences is linear)
+             "window_ce": {str(L): np.round(np.mean([s[str(L)]["window_ce"] for s in scores], 0),
+                                            6).tolist() for L in lengths}}
     if train_length is not None:
         cap = caps[list(lengths).index(train_length)]
         seen = [ladder_scores(run, model_key, step, corpus, [train_length], [cap], device,

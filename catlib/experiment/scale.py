@@ -124,17 +124,22 @@ def nearest_blocks(model, key: str, per_step: float, batch: int, seq: int):
     return dataclasses.replace(model, blocks=k)
 
 
-# Every non-overlapping window of the validation split (n_windows caps it): 870 at 128,
-# 21 at 5000 characters; a point costs seconds to score, and a corner of the split can
-# read easier than the whole.
+# Every window of the span the longest length tiles (n_windows caps it; the same text at
+# every length): 820 at 128, 21 at 5000 characters; a point costs seconds to score, and a
+# corner of the split can read easier than the whole.
 ALL_WINDOWS = 10**9
 
 
 def scoring(experiment) -> tuple[list, list]:
     """The lengths of every point and the windows each is scored on: every window of the
-    validation split at every length (:data:`ALL_WINDOWS`)."""
+    common span at every length (:data:`ALL_WINDOWS`, :func:`span_length`)."""
     lengths = list(experiment.evaluation.lengths)
     return lengths, [ALL_WINDOWS] * len(lengths)
+
+
+def span_length(experiment) -> int:
+    """The length whose windows tile the text every length of the study reads."""
+    return experiment.evaluation.span_length or max(experiment.evaluation.lengths)
 
 
 def _job_spec(model, train, root, experiment, ladder_steps, model_key: str) -> dict:
@@ -144,7 +149,7 @@ def _job_spec(model, train, root, experiment, ladder_steps, model_key: str) -> d
     lengths, caps = scoring(experiment)
     return dict(model=model.to_dict(), train=train.to_dict(), root=str(root), lengths=[train.seq],
                 eval_windows=experiment.evaluation.eval_windows, curve_length=None,
-                curve_windows=None, dropout_on=[], copy=None,
+                curve_windows=None, dropout_on=[], copy=None, span_length=span_length(experiment),
                 ladder=dict(steps=sorted(ladder_steps), lengths=lengths, caps=caps, model=model_key))
 
 
@@ -165,13 +170,15 @@ def job_specs(experiment, plan: dict, root, rows=None) -> tuple[dict, dict, dict
 
 def open_runs(specs: dict, experiment, device) -> dict:
     """The finished run of every spec, ``{(label, seed): Run}`` (reused: nothing trains)."""
-    ev = EvalConfig(lengths=(experiment.train.seq,), eval_windows=experiment.evaluation.eval_windows)
+    ev = EvalConfig(lengths=(experiment.train.seq,), eval_windows=experiment.evaluation.eval_windows,
+                    span_length=span_length(experiment))
     return {key: train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
                            root=spec["root"], device=device, evaluation=ev, progress=False,
                            echo=None) for key, spec in specs.items()}
 
 
-def scale_table(runs: dict, steps: dict, plan: dict, corpus, lengths, caps, device=None) -> dict:
+def scale_table(runs: dict, steps: dict, plan: dict, corpus, lengths, caps, device=None,
+                span: int | None = None) -> dict:
     """``{row: {"points": [{"budget", "steps", "seeds", "train_flops", "seconds",
     "ce": {"<length>": [CE per seed]}}]}}``: every row at every budget of ``plan``, CE
     read from the scores stored with the runs, training FLOPs and seconds counted from each
@@ -183,7 +190,8 @@ def scale_table(runs: dict, steps: dict, plan: dict, corpus, lengths, caps, devi
             n = [steps[label, s][budget] for s in seeds]
             pts.append({"budget": budget, "steps": int(n[0]), "seeds": list(seeds),
                         **ladder_point([(runs[label, s], k) for s, k in zip(seeds, n)], key,
-                                       corpus, lengths, caps, device, train_length=lengths[0])})
+                                       corpus, lengths, caps, device, train_length=lengths[0],
+                                       span_length=span)})
         out[label] = {"points": pts}
     return out
 
@@ -211,7 +219,8 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
     corpus = load_corpus(split="90/10")
     lengths, caps = scoring(experiment)
     out = {"plan": {str(b): list(s) for b, s in sorted(plan.items())},
-           "rows": scale_table(runs, steps, plan, corpus, lengths, caps, device),
+           "rows": scale_table(runs, steps, plan, corpus, lengths, caps, device,
+                               span_length(experiment)),
            "recipe": recipe_of(specs)}
     out["wall_seconds"] = time.perf_counter() - start
     return out
