@@ -29,8 +29,11 @@ CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565e
 CORPUS_CHARS = 1_115_394
 TRAIN_CHARS = 50_000  # the published split: ids[:50000] train, the rest validation
 # "published": ids[:50000] train, the rest validation (the prototype's protocol);
-# "90/10": the first 90 % train, the last 10 % validation (nanoGPT's shakespeare_char).
+# "90/10": the first 90 % train, the last 10 % validation (nanoGPT's shakespeare_char),
+# less the training part's last DEV_CHARS: the dev slice, which no run trains on and no
+# reported CE reads, for choosing settings such as each row's learning rate (issue 54).
 SPLITS = ("published", "90/10")
+DEV_CHARS = 50_000
 
 
 class DataError(RuntimeError):
@@ -130,9 +133,11 @@ class Vocab:
 
 @dataclass
 class Corpus:
-    """The corpus and one split of it: ``train`` and ``val``, int64 [N_train] and [N_val].
+    """The corpus and one split of it: ``train``, ``val`` and ``dev``, int64 [N_train],
+    [N_val] and [N_dev].
 
-    ``split`` "published": ids[:50000] / ids[50000:]; "90/10": ids[:n] / ids[n:], n = 0.9 N.
+    ``split`` "published": ids[:50000] / ids[50000:], no dev slice; "90/10": ids[:n - D] /
+    ids[n:], n = 0.9 N, and the dev slice ids[n - D:n] (D = :data:`DEV_CHARS`) between them.
     """
     text: str
     vocab: Vocab
@@ -142,6 +147,7 @@ class Corpus:
     path: Path
     sha256: str = CORPUS_SHA256
     split: str = "published"
+    dev: torch.Tensor | None = None
 
 
 def split_point(n_ids: int, split: str = "published") -> int:
@@ -160,7 +166,9 @@ def load_corpus(path: str | os.PathLike | None = None, download: bool = True,
     text, vocab, encoded = _read_and_encode(str(p), stat.st_mtime_ns, stat.st_size)
     ids = torch.from_numpy(encoded.copy())      # the caller's own tensor
     cut = split_point(len(ids), split)
-    return Corpus(text, vocab, ids, ids[:cut], ids[cut:], p, split=split)
+    dev = 0 if split == "published" else DEV_CHARS
+    return Corpus(text, vocab, ids, ids[:cut - dev], ids[cut:], p, split=split,
+                  dev=ids[cut - dev:cut] if dev else None)
 
 
 @functools.lru_cache(maxsize=2)

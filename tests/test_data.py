@@ -113,7 +113,10 @@ def test_90_10_split(tiny_path, corpus):
     c = load_corpus(tiny_path, split="90/10")
     cut = int(0.9 * CORPUS_CHARS)
     assert c.split == "90/10" and corpus.split == "published"
-    assert torch.equal(c.train, c.ids[:cut]) and torch.equal(c.val, c.ids[cut:])
+    assert torch.equal(c.val, c.ids[cut:])
+    # the dev slice: the training part's last 50,000 characters, trained on by no run
+    assert torch.equal(c.train, c.ids[:cut - 50_000]) and torch.equal(c.dev, c.ids[cut - 50_000:cut])
+    assert corpus.dev is None and len(corpus.train) == 50_000
     with pytest.raises(ValueError, match="split must be one of"):
         load_corpus(tiny_path, split="80/20")
 

@@ -132,3 +132,19 @@ def test_the_paired_window_error_cancels_what_makes_a_window_hard_for_both(monke
     with pytest.raises(ValueError, match="different splits"):
         grid.paired_window_error(runs, "ALiBi baseline", "published CAT", [0, 1],
                                  {"90/10": Split()}, 5000, 820)
+
+
+def test_no_run_trains_on_the_dev_slice_and_no_reported_ce_reads_it(tiny_path):
+    # The dev slice sits between the training part and the validation split: a run's
+    # batches are drawn from corpus.train only, every reported CE from corpus.val.
+    from catlib.data import DEV_CHARS, BatchSampler, load_corpus
+
+    c = load_corpus(tiny_path, split="90/10")
+    cut = len(c.train) + DEV_CHARS
+    assert len(c.dev) == DEV_CHARS and len(c.ids) - len(c.val) == cut
+    starts = BatchSampler(c.train, 64, 128, seed=0).starts()
+    assert starts.max() + 128 + 1 <= len(c.train)          # never into the dev slice
+    span = text_span(len(c.val), 5000)
+    for L in (128, 5000):
+        first = window_starts(len(c.val), L, n_windows(len(c.val), L, 10**6, 5000), 5000)
+        assert int(first.min()) >= 0 and int(first.max()) + L + 1 <= span + 1  # inside val
