@@ -57,3 +57,30 @@ def test_the_target_reads_every_compute_matched_baseline_on_the_euler_cats_seeds
         assert label in ex.CHAPTER_ROWS["10_equal_compute"]
         assert (ex.chapter_seeds("10_equal_compute", label, params)
                 == ex.chapter_seeds("10_equal_compute", ex.EULER_CAT, params) == SEEDS), label
+
+
+def test_the_answer_table_says_each_lead_at_both_ends_and_where_it_is_called():
+    import numpy as np
+    from catlib.experiment import frontier as fr
+
+    lengths = [128, 512, 5000]
+    ce = {"CAT": np.array([[1.50, 1.49, 1.48], [1.51, 1.50, 1.47], [1.49, 1.50, 1.49]]),
+          "B": np.array([[1.60, 1.61, 1.49], [1.61, 1.60, 1.47], [1.59, 1.60, 1.50]])}
+    table = fr.comparison_table(ce, [("the CAT", "CAT", "B")], lengths,
+                                {("CAT", "B"): np.array([0.001, 0.001, 0.001])})
+    line = table.splitlines()[-1]
+    # a lead of 0.100 at 128 is called; +0.007 at 5000 (+0.01, 0, +0.01) is not
+    assert line == "| the CAT | B | +0.100 | +0.007 | 128 |"
+    one = fr.comparison_table({k: v[:1] for k, v in ce.items()}, [("x", "CAT", "B")], lengths,
+                              {("CAT", "B"): None})
+    assert one.endswith("| one seed: not called |")
+
+
+def test_the_length_change_is_said_on_each_row_in_words():
+    import numpy as np
+    from catlib.experiment import frontier as fr
+
+    ce = {"A": np.array([[1.70, 1.65]]), "B": np.array([[1.60, 1.62]]), "C": np.array([[1.5, 1.5]])}
+    assert fr.length_change(ce, ["A", "B", "C"], [128, 5000]) == (
+        "From 128 to 5000 characters, on the same text, CE falls by 0.050 nats for the A, "
+        "rises by 0.020 for the B and stays level for the C.")

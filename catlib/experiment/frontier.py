@@ -50,10 +50,12 @@ def frontier_table(runs: dict, points: dict, corpus, lengths, caps, device=None,
     return out
 
 
-def dial_table(run, corpus, lengths, caps, dial=DIAL, device=None) -> dict:
+def dial_table(run, corpus, lengths, caps, dial=DIAL, device=None,
+               span_length: int | None = None) -> dict:
     """The inference dial of one CAT run: ``{solver label: {"flops_per_token": {"<L>": f},
     "ce": {"<L>": ce}}}`` for its trained solver and each of ``dial`` ((solver, steps)
-    pairs), at ``lengths`` on at most ``caps`` windows each. CE from
+    pairs), at ``lengths`` on at most ``caps`` windows each (with ``span_length``, spread
+    over the book's common span). CE from
     :func:`catlib.measure.refinement.run_refinement` (stored with the run), FLOPs per token from
     :func:`catlib.measure.cost.forward_flops_per_token` on one window of each length."""
     from ..nn.model import solved_with
@@ -62,7 +64,7 @@ def dial_table(run, corpus, lengths, caps, dial=DIAL, device=None) -> dict:
     cat = run.load_weights(device or "cpu")[0]["cat"]
     out = {}
     for L, n in zip(lengths, caps):
-        ref = run_refinement(run, corpus, L, n, finer=dial, device=device)
+        ref = run_refinement(run, corpus, L, n, finer=dial, device=device, span_length=span_length)
         for label, ce in ref["ce_by_solver"].items():
             out.setdefault(label, {"flops_per_token": {}, "ce": {}})["ce"][str(L)] = ce
     trained = ref["trained_solver"]
@@ -107,6 +109,46 @@ def who_wins(diff, lengths, rebuild: float | None, first: str, second: str, wind
     """:func:`catlib.common.verdicts.verdict` of ``diff`` = CE(first) − CE(second) per seed
     ``[seeds, lengths]`` (chapter 10's name for it): one sentence, each row named once."""
     return verdict(diff, lengths, first, second, rebuild, window)
+
+
+def comparison_table(ce: dict, comparisons, lengths, windows: dict) -> str:
+    """Chapter 10's answer as a small Markdown table, one line per comparison ``(what, row,
+    against)``: the lead of ``row`` over ``against`` (CE(against) − CE(row), mean over the
+    seeds; positive: ``row`` is lower) at the shortest and the longest of ``lengths``, and
+    the lengths where it is called by the book's rule (:func:`catlib.common.verdicts.called`,
+    with ``windows[row, against]`` the window error of the difference per length).
+    ``ce``: ``{label: CE [seeds, lengths]}``, the two rows of a comparison on the same seeds."""
+    from ..common.formatting import signed
+
+    ends = [0, len(lengths) - 1]
+    lines = [f"| comparison | against | lead at {lengths[0]} | lead at {lengths[-1]} | called at |",
+             "|---|---|---:|---:|---|"]
+    for what, row, against in comparisons:
+        diff = np.asarray(ce[against], float) - np.asarray(ce[row], float)
+        mean = diff.mean(0)
+        at = [L for i, (L, c) in enumerate(zip(lengths, called(diff, windows[row, against])))
+              if c and i in ends]
+        said = " and ".join(str(L) for L in at) or ("one seed: not called" if len(diff) < 2 else "neither")
+        lines.append(f"| {what} | {against} | {signed(mean[ends[0]])} | {signed(mean[ends[1]])} "
+                     f"| {said} |")
+    return "\n".join(lines)
+
+
+def length_change(ce: dict, labels, lengths) -> str:
+    """How CE changes from the shortest to the longest of ``lengths`` for each of ``labels``
+    (``ce``: ``{label: [seeds, lengths]}``; every length reads the same text), in a sentence:
+    "From 128 to 5000 characters on the same text, CE falls by 0.031 nats for X and rises by
+    0.012 for Y"."""
+    from ..common.verdicts import size_words
+
+    parts = []
+    for k, label in enumerate(labels):
+        change = float(np.mean(np.asarray(ce[label], float)[:, -1] - np.asarray(ce[label], float)[:, 0]))
+        verb = "falls" if change < 0 else "rises" if change > 0 else "stays level"
+        amount = "" if change == 0 else f" by {size_words(change)}{' nats' if k == 0 else ''}"
+        parts.append(f"{verb}{amount} for the {label}")
+    return (f"From {lengths[0]} to {lengths[-1]} characters, on the same text, CE "
+            + (parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}") + ".")
 
 
 # The Euler CAT's target at equal compute (issue 31's moonshot): ahead of every baseline
