@@ -273,6 +273,33 @@ def rule_text(rebuild: float | None) -> str:
     return text
 
 
+def rule_example(study: dict) -> str:
+    """The rule worked through on one margin of the study, for the reproducibility page: the
+    Euler CAT's lead over the best baseline at the shortest length, at the first budget
+    where it has two seeds or more ("" where there is none)."""
+    from ..common.formatting import signed
+    from ..common.verdicts import Z975, interval, t_quantile
+
+    for b in budgets(study):
+        lead = lead_at(study, EULER, b) if EULER in study["rows"] else None
+        if lead is not None and len(lead["seeds"]) > 1:
+            break
+    else:
+        return ""
+    d, n, L = lead["diff"][:, 0], len(lead["seeds"]), lengths(study)[0]
+    w = 0.0 if lead["window"] is None else float(lead["window"][0])
+    mean, half = interval(lead["diff"][:, :1], None if lead["window"] is None else [w])
+    seed_half = t_quantile(n - 1) * d.std(ddof=1) / np.sqrt(n)
+    verdict_words = "excludes zero: called" if abs(mean[0]) > half[0] else "includes zero: not called"
+    return (f"At {b}× and {L} characters the Euler CAT's lead over the {name(lead['best'][0])} "
+            f"is {listed([signed(x) for x in d])} in seeds {listed(lead['seeds'])} (mean "
+            f"{signed(mean[0])}). The seeds give t(0.975, {n - 1}) = {t_quantile(n - 1):.3f} × "
+            f"{d.std(ddof=1):.4f} / √{n} = {seed_half:.4f}; the windows' error of the difference, "
+            f"{w:.4f}, gives 1.96 × {w:.4f} = {Z975 * w:.4f}; together √({seed_half:.4f}² + "
+            f"{Z975 * w:.4f}²) = {half[0]:.4f}. The interval, {signed(mean[0])} ± {half[0]:.4f}, "
+            f"{verdict_words}.")
+
+
 def moon_lines(study: dict) -> list[str]:
     """Per CAT row, the moonshot (:func:`~catlib.book.scale_readings.moonshot`) in words."""
     out = []
@@ -384,7 +411,8 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
             "budget_verdicts", "row_verdicts", "kernel", "overfit", "moon")
     study = studies.get(main)
     if study is None:
-        return {"answer": NO_STUDY, "rule": rule_text(rebuild), **{key: "(no artefact)" for key in keys}}
+        return {"answer": NO_STUDY, "rule": rule_text(rebuild), "rule_example": "",
+                **{key: "(no artefact)" for key in keys}}
     ls, prov = lengths(study), study.get("provenance", {})
     commit = prov.get("commit") or (prov.get("git") or {}).get("commit") or "unknown"
     others = [d for d in studies if d != main]
@@ -394,7 +422,7 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
              + missing(study))
     kernel = kernel_verdicts(study)
     return {"answer": answer(study), "where": where.strip(), "method": method_text(study),
-            "rule": rule_text(rebuild),
+            "rule": rule_text(rebuild), "rule_example": rule_example(study),
             "windows": window_text(study) or "This artefact scored a few windows per length.",
             "kernel": _bullets(kernel) if kernel else "- this artefact has no kernel control row",
             "overfit": overfit_table(study) or "(this artefact holds no training CE)",
