@@ -17,7 +17,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # Device of `make book`: auto (CUDA, then MPS, then CPU), cpu, cuda or mps.
 DEVICE ?= auto
 
-.PHONY: scale venv test test-unit test-book lint unit clean book book-smoke nbval nbval-check nbval-refs browser bench gpu-check test-portable unit-portable
+.PHONY: scale sweep venv test test-unit test-book lint unit clean book book-smoke nbval nbval-check nbval-refs browser bench gpu-check test-portable unit-portable
 
 venv: $(STAMP)
 
@@ -119,6 +119,13 @@ bench: venv
 # the book reads; `make book` never trains it.
 scale: venv
 	$(PY) -m catlib.book.scale --device $(if $(filter auto,$(DEVICE)),cpu,$(DEVICE))
+
+# The learning-rate sweep that `make scale` reads (catlib/experiment/sweep.py): every row of
+# the study at 1x, seed 0, at 2e-3, 4e-3 and 8e-3 (extended by 2 beyond an edge that wins,
+# at most twice), scored on the dev slice; writes results/lr_sweep_<device>.json after each
+# finished run; stopped and started again, it resumes.
+sweep: venv
+	$(PY) -m catlib.book.sweep --device $(if $(filter auto,$(DEVICE)),cpu,$(DEVICE))
 
 # Everything a GPU run needs, in one go within 10 minutes: correctness against the CPU,
 # a timed training step of every row, the cpu book and as much of the paper profile as fits

@@ -56,7 +56,7 @@ def test_the_write_check_leaves_nothing_behind(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     args = argparse.Namespace(profile="smoke", budgets=[1, 2], seeds=None, jobs=None,
-                              device="cpu", out="a/b", root="c")
+                              device="cpu", out="a/b", root="c", sweep=None, recipe_rate=True)
     assert check_args(args)[3] == Path("a/b/scale_smoke_cpu.json")
     assert list(tmp_path.iterdir()) == []
 

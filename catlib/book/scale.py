@@ -1,6 +1,8 @@
 """``python -m catlib.book.scale`` (``make scale``): the scale study
 (:mod:`catlib.experiment.scale`) at a profile's sizes on one device, written to
-``results/scale_<device>.json``. Never run by ``make book``: its chapter reads the artefact."""
+``results/scale_<device>.json``, every row at the rate the learning-rate sweep chose for it
+(``results/lr_sweep_<device>.json``, ``make sweep``; ``--recipe_rate``: the recipe's single
+rate). Never run by ``make book``: its chapter reads the artefact."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +15,8 @@ from pathlib import Path
 from ..runs import atomic_write_text
 from ..common.devices import check_jobs, resolve_device
 from ..common.provenance import code_fingerprint, environment
-from ..experiment.scale import plan_for, run_study
+from ..experiment.scale import SCALE_ROWS, plan_for, run_study
+from ..experiment.sweep import SweepError, chosen_rates
 from .profiles import experiment as profile_experiment
 
 
@@ -21,14 +24,44 @@ class ScaleArgsError(ValueError):
     """A bad argument of ``python -m catlib.book.scale``: one line that names the fix."""
 
 
-def check_args(args) -> tuple:
-    """``(device, plan, experiment, output path)`` of the parsed ``args``, every one checked
-    before anything trains or is written; a bad one raises :class:`ScaleArgsError`."""
+def artefact_name(stem: str, profile: str, kind: str) -> str:
+    """``<stem>_<device>.json`` at the cpu profile (the book's), else
+    ``<stem>_<profile>_<device>.json``."""
+    return f"{stem}_{kind}.json" if profile == "cpu" else f"{stem}_{profile}_{kind}.json"
+
+
+def check_profile(args) -> None:
+    """:class:`ScaleArgsError` unless ``args.profile`` names a profile."""
     from . import profiles
 
     if args.profile not in profiles.PROFILES:
         raise ScaleArgsError(f"--profile {args.profile!r} is not a profile; use one of "
                              f"{', '.join(profiles.PROFILES)}")
+
+
+def check_places(args, stem: str):
+    """The device of ``args`` (``--jobs``, ``--device``) and the folders ``--out`` (to hold
+    ``<stem>_<device>.json``) and ``--root`` checked; :class:`ScaleArgsError` if bad."""
+    try:
+        check_jobs(args.jobs)
+        device = resolve_device(args.device)
+    except ValueError as e:   # a DeviceError is one
+        raise ScaleArgsError(str(e)) from None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ScaleArgsError(f"--out {out} is a file; give the folder that is to hold "
+                             f"{stem}_<device>.json")
+    check_writable("--out", out)
+    check_writable("--root", Path(args.root))
+    return device
+
+
+def check_args(args) -> tuple:
+    """``(device, plan, experiment, output path, rates, rate source)`` of the parsed
+    ``args``, every one checked before anything trains or is written; a bad one raises
+    :class:`ScaleArgsError`. ``rates``: each row's rate from the sweep's artefact
+    (:func:`sweep_rates`), None with ``--recipe_rate``."""
+    check_profile(args)
     if args.budgets is not None and any(b < 1 for b in args.budgets):
         raise ScaleArgsError(f"--budgets {' '.join(map(str, args.budgets))}: every budget is a "
                              "multiple of the 1x FLOPs and must be at least 1")
@@ -41,22 +74,42 @@ def check_args(args) -> tuple:
                              "(e.g. --budgets 1 2 --seeds 0 1)")
     if args.seeds is not None and any(s < 0 for s in args.seeds):
         raise ScaleArgsError(f"--seeds {' '.join(map(str, args.seeds))}: seeds are >= 0")
-    try:
-        check_jobs(args.jobs)
-        device = resolve_device(args.device)
-    except ValueError as e:   # a DeviceError is one
-        raise ScaleArgsError(str(e)) from None
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ScaleArgsError(f"--out {out} is a file; give the folder that is to hold "
-                             "scale_<device>.json")
-    check_writable("--out", out)
-    check_writable("--root", Path(args.root))
+    device = check_places(args, "scale")
     plan = ({b: tuple(sorted(set(args.seeds or (0, 1, 2)))) for b in sorted(set(args.budgets))}
             if args.budgets else plan_for(device))
-    kind = device.type
-    name = f"scale_{kind}.json" if args.profile == "cpu" else f"scale_{args.profile}_{kind}.json"
-    return device, plan, profile_experiment(args.profile), out / name
+    out = Path(args.out)
+    rates, source = None, {"from": "recipe"}
+    if not args.recipe_rate:
+        sweep = Path(args.sweep or out / artefact_name("lr_sweep", args.profile, device.type))
+        rates, source = sweep_rates(sweep, args.profile)
+    return (device, plan, profile_experiment(args.profile),
+            out / artefact_name("scale", args.profile, device.type), rates, source)
+
+
+def sweep_rates(path: Path, profile: str) -> tuple[dict, dict]:
+    """``({row: rate}, source)`` from the sweep's artefact at ``path`` for every row of the
+    study, ``source`` recording where they come from (the artefact, its commit, grid and dev
+    slice); :class:`ScaleArgsError` naming ``make sweep`` where it cannot give them."""
+    fix = "run `make sweep` first, or pass --recipe_rate for the recipe's single rate"
+    if not path.is_file():
+        raise ScaleArgsError(f"--sweep {path} is missing (each row's learning rate); {fix}")
+    try:
+        sweep = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ScaleArgsError(f"--sweep {path} cannot be read ({e}); {fix}") from None
+    if not isinstance(sweep, dict) or not isinstance(sweep.get("provenance"), dict):
+        raise ScaleArgsError(f"--sweep {path} is not a sweep's artefact; {fix}")
+    made_for = sweep["provenance"].get("profile")
+    if made_for != profile:
+        raise ScaleArgsError(f"--sweep {path} was made for the profile {made_for!r}, not "
+                             f"{profile!r}; {fix}")
+    try:
+        rates = chosen_rates(sweep, SCALE_ROWS, f"--sweep {path}")
+    except SweepError as e:
+        raise ScaleArgsError(str(e)) from None
+    source = {"from": "sweep", "artefact": str(path), "dev": sweep.get("dev"),
+              "grid": sweep.get("grid"), "commit": (sweep["provenance"].get("git") or {}).get("commit")}
+    return rates, source
 
 
 def check_writable(flag: str, folder: Path) -> None:
@@ -88,18 +141,22 @@ def main(argv=None) -> int:
     p.add_argument("--budgets", type=int, nargs="+", help="override the device's budgets (all seeds)")
     p.add_argument("--seeds", type=int, nargs="+", help="with --budgets: the seeds (default 0 1 2)")
     p.add_argument("--jobs", type=int, help="runs trained at once (default: the pool's)")
+    p.add_argument("--sweep", help="the learning-rate sweep's artefact (default: "
+                                   "<out>/lr_sweep_<device>.json, written by make sweep)")
+    p.add_argument("--recipe_rate", action="store_true",
+                   help="every row at the recipe's single rate, not the sweep's (tests)")
     args = p.parse_args(argv)
     try:
-        device, plan, experiment, path = check_args(args)
+        device, plan, experiment, path, rates, source = check_args(args)
     except ScaleArgsError as e:
         print(f"[scale] error: {e}", file=sys.stderr)
         return 2
     root = Path(args.root) / f"scale-{args.profile}-{device.type}"
     print(f"scale study: profile {args.profile}, device {device}, budgets "
-          f"{', '.join(f'{b}x (seeds {list(s)})' for b, s in sorted(plan.items()))}; runs in {root}",
-          flush=True)
+          f"{', '.join(f'{b}x (seeds {list(s)})' for b, s in sorted(plan.items()))}; runs in {root}; "
+          f"{'rates from ' + source['artefact'] if rates else 'the recipe rate'}", flush=True)
     table = run_study(experiment, root=root, device=device, plan=plan, jobs=args.jobs,
-                      echo=lambda line: print(line, flush=True))
+                      echo=lambda line: print(line, flush=True), rates=rates, rate_source=source)
     table["provenance"] = {**environment(("torch", "numpy"), device), "profile": args.profile,
                            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
                            "written_by": "python -m catlib.book.scale " + " ".join(argv or sys.argv[1:]),

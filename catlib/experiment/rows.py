@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..nn.config import FIXED_STEP_SOLVERS, PRIOR_KERNELS, CATConfig
+from ..nn.config import FIXED_STEP_SOLVERS, TRAIN_LENGTH_KERNELS, CATConfig
 from ..training.loop import TrainConfig, decay_start
 from .compute import expected_step_flops, matched_budget
 from .config import ExperimentConfig
@@ -246,11 +246,12 @@ def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
 def row_configs(row: Row, experiment: ExperimentConfig, seed: int) -> tuple[CATConfig, TrainConfig]:
     """The model and training configuration of ``row``'s run for ``seed``: the
     experiment's shared model and training settings with the row's variant, options,
-    split and models (a prior kernel's ``train_length`` follows ``seq``)."""
+    split and models (``train_length`` follows ``seq`` for the kernels laid out from it:
+    a prior kernel's residual, FIRE's threshold)."""
     options, batches = dict(row.options), {}
     if row.published_dropout:
         options["dropout"] = CATConfig.dropout      # the published rate, CATConfig's default
-    if options.get("kernel") in PRIOR_KERNELS:
+    if options.get("kernel") in TRAIN_LENGTH_KERNELS:
         options.setdefault("train_length", experiment.train.seq)  # the residual lives below it
     if row.study:
         study = experiment.study

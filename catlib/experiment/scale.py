@@ -5,8 +5,10 @@ Chapter 10 compares the rows at one budget, the training FLOPs of the KERPLE-pri
 (and 16x on a GPU) in training FLOPs. Every row has the experiment's sizes and batches
 (the ``cpu`` profile's: its 1x point is chapter 10's point) and spends its budget its own
 way (:data:`SCALE_ROWS`): as more steps of a cheap model, as more layers, or as a costlier
-block (an ODE solver's evaluations). Every row trains on the book's recipe (warm-up, a
-constant rate, a linear decay to zero; :func:`catlib.experiment.rows.with_recipe`). Each
+block (an ODE solver's evaluations); the literature's learned biases and FoX take the Euler
+CAT's block and budget, as steps. Every row trains on the book's recipe (warm-up, a
+constant rate, a linear decay to zero; :func:`catlib.experiment.rows.with_recipe`), at its
+own rate where given (chosen on the dev slice by :mod:`catlib.experiment.sweep`). Each
 row and seed is one run trained to its largest budget; each smaller budget's point is a
 run of that budget branched from it where its own decay starts (``TrainConfig.branches``),
 so that a point *is* the run trained alone to that budget with the recipe, bit for bit
@@ -40,11 +42,16 @@ from .rows import MATCHED, ROWS, TODAY, Row, row_configs, with_points
 # The rows: chapter 10's rows that decide the equal-compute verdict, each spending the
 # budget its own way, and the CAT kernel with discrete depth of its own (as many Euler
 # blocks as give it the RK4 CAT's FLOPs per step), the row that answers the deep ALiBi.
-# ``blocks_as`` rows get as many blocks as fit the FLOPs per step of the row named.
 ALIBI, ALIBI_DEEP, ROPE = "ALiBi baseline", "ALiBi baseline, layers", "RoPE baseline"
 KERPLE, KERPLE_ODE = "KERPLE-prior CAT", "KERPLE-prior CAT, ODE-consistent"
 EULER, EULER_DEEP = "ALiBi-prior CAT, Euler x1", "ALiBi-prior CAT, Euler blocks"
 CONTROL = "ALiBi inside the Euler CAT block"
+BUCKETS = "ALiBi + learned buckets inside the Euler CAT block"
+KERPLE_LOG, FIRE = "KERPLE-log inside the Euler CAT block", "FIRE inside the Euler CAT block"
+FOX = "FoX inside the Euler CAT block"
+CONTROL_DEEP = "ALiBi inside the deep Euler CAT's blocks"
+# Each learned bias's row and its CATConfig kernel (catlib/nn/learned_bias.py, forgetting.py).
+BIAS_KERNELS = {BUCKETS: "alibi-buckets", KERPLE_LOG: "kerple-log", FIRE: "fire", FOX: "fox"}
 _EULER_OPTIONS = (("kernel", "alibi-prior"), ("solver", "euler"), ("solver_steps", 1))
 SCALE_ROWS: dict[str, Row] = {r.label: r for r in (
     # the baselines in today's block (pre-LN, GELU), as chapter 10's compute-matched ones
@@ -62,8 +69,19 @@ SCALE_ROWS: dict[str, Row] = {r.label: r for r in (
     # kernel off (chapter 8's "ALiBi inside the CAT block"): is the Euler CAT's lead its
     # kernel's, or its block's?
     Row(CONTROL, "causal", "cat", "90/10", (*_EULER_OPTIONS, ("kernel_residual", False)), ("cat",)),
+    # The literature's learned biases in place of CAT's kernel, in the same block (one Euler
+    # step) and at the same budget as steps (issue 54): is the kernel's lead over ALiBi the
+    # spectral function's, or any learned bias's? And the kernel's control at depth: the
+    # deep Euler CAT's blocks with the residual off.
+    *(Row(label, "causal", "cat", "90/10", (("kernel", kernel), *_EULER_OPTIONS[1:]), ("cat",))
+      for label, kernel in BIAS_KERNELS.items()),
+    Row(CONTROL_DEEP, "causal", "cat", "90/10", (*_EULER_OPTIONS, ("kernel_residual", False)),
+        ("cat",)),
 )}
+# ``blocks_as`` rows get as many blocks as fit the FLOPs per step of the row named;
+# ``SAME_BLOCKS`` rows take the blocks of the row named (a control keeps its twin's depth).
 BLOCKS_AS = {ALIBI_DEEP: KERPLE, EULER_DEEP: KERPLE}
+SAME_BLOCKS = {CONTROL_DEEP: EULER_DEEP}
 BASELINE_ROWS = (ALIBI, ALIBI_DEEP, ROPE)
 
 # Budgets (multiples of the KERPLE-prior CAT's training FLOPs at the experiment's steps)
@@ -94,16 +112,22 @@ def reference_flops(experiment) -> float:
     return expected_step_flops(m, "cat", t.batch, t.seq) * t.train_steps
 
 
-def scale_configs(label: str, experiment, seed: int, budgets) -> tuple:
+def scale_configs(label: str, experiment, seed: int, budgets, rate: float | None = None) -> tuple:
     """The model and training configuration of ``label``'s run for ``seed``, trained to
-    the largest of ``budgets``, and ``{budget: steps}``: the steps that give the row each
+    the largest of ``budgets`` at the learning rate ``rate`` (default: the recipe's,
+    ``experiment.train.lr``), and ``{budget: steps}``: the steps that give the row each
     budget (its counted FLOPs per step, the mean over drawn step counts; at least 1)."""
     row = SCALE_ROWS[label]
     model, train = row_configs(row, experiment, seed)
+    if rate is not None:
+        train = dataclasses.replace(train, lr=float(rate))
     if label in BLOCKS_AS:
         of_m, of_t = row_configs(SCALE_ROWS[BLOCKS_AS[label]], experiment, seed)
         per_step = expected_step_flops(of_m, SCALE_ROWS[BLOCKS_AS[label]].model, of_t.batch, of_t.seq)
         model = nearest_blocks(model, row.model, per_step, train.batch, train.seq)
+    if label in SAME_BLOCKS:
+        twin, _, _ = scale_configs(SAME_BLOCKS[label], experiment, seed, budgets)
+        model = dataclasses.replace(model, blocks=twin.blocks)
     per_step = expected_step_flops(model, row.model, train.batch, train.seq)
     unit = reference_flops(experiment)
     steps = {b: max(1, round(b * unit / per_step)) for b in sorted(budgets)}
@@ -153,14 +177,16 @@ def _job_spec(model, train, root, experiment, ladder_steps, model_key: str) -> d
                 ladder=dict(steps=sorted(ladder_steps), lengths=lengths, caps=caps, model=model_key))
 
 
-def job_specs(experiment, plan: dict, root, rows=None) -> tuple[dict, dict, dict]:
+def job_specs(experiment, plan: dict, root, rows=None, rates: dict | None = None) -> tuple[dict, dict, dict]:
     """The pool's jobs (:func:`catlib.experiment.pool.run_jobs`): ``(specs, owners,
     steps)``, one spec per row and seed, scoring its every budget's weights
-    (``ladder``); ``steps[label, seed]``: ``{budget: steps}``."""
+    (``ladder``), each row at its rate ``rates[label]`` (default: the recipe's);
+    ``steps[label, seed]``: ``{budget: steps}``."""
     specs, owners, steps = {}, {}, {}
     for label in rows or SCALE_ROWS:
         for seed, budgets in seed_budgets(plan).items():
-            model, tc, steps[label, seed] = scale_configs(label, experiment, seed, budgets)
+            model, tc, steps[label, seed] = scale_configs(label, experiment, seed, budgets,
+                                                          (rates or {}).get(label))
             key = (label, seed)
             specs[key] = _job_spec(model, tc, root, experiment, steps[key].values(),
                                    SCALE_ROWS[label].model)
@@ -199,7 +225,9 @@ def scale_table(runs: dict, steps: dict, plan: dict, corpus, lengths, caps, devi
 def recipe_of(specs: dict) -> dict:
     """The training recipe of the study's runs (the same for every causal row), as the
     artefact records it: ``{"schedule", "warmup", "decay_share", "lr", "penalty_horizon",
-    "points"}``, ``points`` saying how a smaller budget's point was made."""
+    "points"}``, ``points`` saying how a smaller budget's point was made; ``lr``: the first
+    run's rate (:func:`run_study` records the recipe's own rate there, and each row's rate
+    as the row's ``rate``)."""
     tc = TrainConfig(**next(iter(specs.values()))["train"])
     return {"schedule": tc.schedule, "warmup": tc.warmup, "decay_share": tc.decay_share,
             "lr": tc.lr, "penalty_horizon": tc.penalty_horizon,
@@ -207,13 +235,18 @@ def recipe_of(specs: dict) -> dict:
 
 
 def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | None = None,
-              echo=print, progress_every: float = 30.0) -> dict:
+              echo=print, progress_every: float = 30.0, rates: dict | None = None,
+              rate_source: dict | None = None) -> dict:
     """Train (or resume, or reuse) every run of the study and return its artefact:
-    ``{"plan", "rows": scale_table(...), "recipe", "wall_seconds"}``."""
+    ``{"plan", "rows": scale_table(...), "recipe", "rates", "wall_seconds"}``, each row at
+    its rate ``rates[label]`` (default: the recipe's single rate), recorded as the row's
+    ``rate`` (``recipe["lr"]``: the recipe's own rate); ``"rates"``: where the rates come
+    from (``rate_source``, e.g. the sweep's artefact and its dev slice; default
+    ``{"from": "recipe"}``)."""
     from ..data import load_corpus
 
     start = time.perf_counter()
-    specs, owners, steps = job_specs(experiment, plan, root, rows)
+    specs, owners, steps = job_specs(experiment, plan, root, rows, rates)
     run_jobs(specs, owners, _train_job, worker_devices(device, jobs), echo, progress_every)
     runs = open_runs(specs, experiment, device)
     corpus = load_corpus(split="90/10")
@@ -221,6 +254,9 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
     out = {"plan": {str(b): list(s) for b, s in sorted(plan.items())},
            "rows": scale_table(runs, steps, plan, corpus, lengths, caps, device,
                                span_length(experiment)),
-           "recipe": recipe_of(specs)}
+           "recipe": {**recipe_of(specs), "lr": experiment.train.lr, "rate_per_row": bool(rates)},
+           "rates": rate_source or {"from": "recipe"}}
+    for (label, _), spec in specs.items():
+        out["rows"][label]["rate"] = spec["train"]["lr"]
     out["wall_seconds"] = time.perf_counter() - start
     return out
