@@ -381,3 +381,20 @@ def test_a_margin_s_window_error_is_paired_where_the_points_keep_each_window():
     # seeds that are not the points' own: the bound from each row's standard error
     _, bound = sr.difference(study, 1, [0], EULER, ALIBI)
     assert bound[0] == pytest.approx(pair_error([[0.04]], [[0.04]])[0])
+
+
+def test_the_kernel_against_each_rival_bias_is_said_at_both_ends_and_an_absent_rival_named():
+    # Catches a rival row that is read as a CAT row (the moonshot, the lowest CAT) or left
+    # unsaid, and the two ends said in one clause.
+    from catlib.experiment.scale import CONTROL_DEEP, FIRE
+
+    assert FIRE not in ss.CAT_ROWS and CONTROL_DEEP not in ss.CAT_ROWS
+    study = _baselines(**{EULER: {1: [1.80, 1.81], 4: [1.60, 1.61]},
+                          FIRE: {1: [1.90, 1.91], 4: [1.60, 1.62]}})
+    lines = ss.rival_verdicts(study)
+    assert lines[0] == ("At 1× (2 seeds), the Euler CAT's lead over the FIRE: +0.100 nats at 128 "
+                        "(called); +0.100 nats at 5000 (called).")
+    assert "+0.005 nats at 128 (not called)" in lines[1]
+    assert lines[-1].startswith("Not in this artefact: the rows with deep kernel control, "
+                                "learned buckets, KERPLE-log and FoX")
+    assert not any(prose_problems(line, LABELS) for line in lines)

@@ -24,22 +24,29 @@ from pathlib import Path
 import numpy as np
 
 from ..common.verdicts import called, pair_error
-from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, CONTROL, EULER, EULER_DEEP,
-                                KERPLE, KERPLE_ODE, ROPE, SCALE_ROWS)
+from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, BIAS_KERNELS, BUCKETS, CONTROL,
+                                CONTROL_DEEP, EULER, EULER_DEEP, FIRE, FOX, KERPLE, KERPLE_LOG,
+                                KERPLE_ODE, ROPE)
 
 # The devices a study artefact can come from (``results/scale_<device>.json``), the CPU first.
 STUDY_DEVICES = ("cpu", "cuda")
 # The moonshot: a row with the CAT's kernel ahead of the best baseline by this much (nats)
 # at every length and every budget measured, called by the book's rule.
 MOON_LEAD = 0.05
-# The rows with the CAT's kernel (the kernel's control, the CAT block without it, is
-# compared with the Euler CAT apart: :func:`kernel_leads`).
-CAT_ROWS = tuple(label for label in SCALE_ROWS if label not in (*BASELINE_ROWS, CONTROL))
+# The rows with the CAT's kernel (the kernel's controls and the learned biases, the CAT
+# block with another bias, are compared with the Euler CAT apart: :func:`row_leads`).
+CAT_ROWS = (KERPLE, KERPLE_ODE, EULER, EULER_DEEP)
+# What the Euler CAT's kernel is measured against in its own block: ALiBi's fixed bias
+# (one block and at depth) and the field's learned biases (issue 54).
+KERNEL_RIVALS = ((EULER, CONTROL), (EULER_DEEP, CONTROL_DEEP),
+                 *((EULER, bias) for bias in BIAS_KERNELS))
 # The rows as the chapter's sentences, tables and figure name them (short enough to read;
 # the chapter says what each is).
 NAMES = {ALIBI: "ALiBi baseline", ALIBI_DEEP: "deep ALiBi baseline", ROPE: "RoPE baseline",
          KERPLE: "KERPLE-prior CAT", KERPLE_ODE: "ODE-consistent CAT", EULER: "Euler CAT",
-         EULER_DEEP: "deep Euler CAT", CONTROL: "kernel control"}
+         EULER_DEEP: "deep Euler CAT", CONTROL: "kernel control",
+         CONTROL_DEEP: "deep kernel control", BUCKETS: "learned buckets", KERPLE_LOG: "KERPLE-log",
+         FIRE: "FIRE", FOX: "FoX"}
 
 
 def name(row: str) -> str:
@@ -266,20 +273,25 @@ def lowest(study: dict, budget: int) -> dict | None:
             "diff": diff, "window": window, "called": called(diff, window)}
 
 
-def kernel_leads(study: dict) -> dict[int, dict]:
-    """Per budget, the Euler CAT against its kernel control (the same block with ALiBi's fixed
-    bias, the learned kernel off) on their common seeds: ``{budget: {"seeds", "diff":
-    CE(control) − CE(Euler CAT) [seeds, lengths], "window", "called"}}`` (> 0: the kernel
-    gains); empty where the study has no control."""
-    if not {EULER, CONTROL} <= set(study["rows"]):
+def row_leads(study: dict, row: str, rival: str) -> dict[int, dict]:
+    """Per budget, ``row`` against ``rival`` on their common seeds: ``{budget: {"seeds",
+    "diff": CE(rival) − CE(row) [seeds, lengths], "window", "called"}}`` (> 0: ``row`` is
+    lower); empty where the study lacks either row."""
+    if not {row, rival} <= set(study["rows"]):
         return {}
     out = {}
     for b in budgets(study):
-        seeds = common_seeds(study, b, (EULER, CONTROL))
+        seeds = common_seeds(study, b, (row, rival))
         if seeds:
-            diff, window = difference(study, b, seeds, CONTROL, EULER)
+            diff, window = difference(study, b, seeds, rival, row)
             out[b] = {"seeds": seeds, "diff": diff, "window": window, "called": called(diff, window)}
     return out
+
+
+def kernel_leads(study: dict) -> dict[int, dict]:
+    """Per budget, the Euler CAT against its kernel control (the same block with ALiBi's fixed
+    bias, the learned kernel off): :func:`row_leads` (> 0: the kernel gains)."""
+    return row_leads(study, EULER, CONTROL)
 
 
 def within_budget(study: dict, tolerance: float = 0.05) -> bool:

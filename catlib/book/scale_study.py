@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common.formatting import signed
 from ..common.verdicts import NOT_CALLED, listed, nats_range, size_words, subject
 from ..common.verdicts import verdict, window_error
 from ..experiment.scale import CONTROL, EULER, SCALE_ROWS
-from .scale_readings import (CAT_ROWS, MOON_LEAD, NAMES, STUDY_DEVICES,  # noqa: F401
-                             budgets, common_seeds, compared_seeds, crossing, crossings,
+from .scale_readings import (CAT_ROWS, KERNEL_RIVALS, MOON_LEAD, NAMES, STUDY_DEVICES,  # noqa: F401
+                             row_leads, budgets, common_seeds, compared_seeds, crossing, crossings,
                              difference, kernel_leads, lead_at, lead_path, leads, lengths,
                              load_studies, lowest, matrix, moonshot, name, per_seed, point,
                              unit_flops, within_budget)
@@ -258,14 +259,44 @@ def kernel_verdicts(study: dict) -> list[str]:
             for b, g in kernel_leads(study).items()]
 
 
-def rule_text(rebuild: float | None) -> str:
-    """How chapter 11 calls a margin, with the rebuild spread said beside the rule (no floor)."""
+CALLED_WORD = {True: "called", False: NOT_CALLED}
+
+
+def rival_verdicts(study: dict) -> list[str]:
+    """The Euler CAT's kernel against what else its block could hold, budget by budget (issue
+    54): ALiBi's fixed bias at depth and each learned bias, the lead (CE of the rival minus
+    CE of the CAT, mean over the seeds) at the shortest and at the longest length as separate
+    clauses, each called or not by the book's rule; for rivals the artefact lacks, one line
+    saying so."""
+    ls, out, absent = lengths(study), [], []
+    for row, rival in KERNEL_RIVALS[1:]:
+        got = row_leads(study, row, rival)
+        if not got:
+            absent.append(name(rival))
+            continue
+        for b, g in got.items():
+            mean = g["diff"].mean(0)
+            ends = [f"{signed(mean[i])} nats at {ls[i]} ({CALLED_WORD[bool(g['called'][i])]})"
+                    if np.isfinite(mean[i]) else f"not measured at {ls[i]}" for i in (0, len(ls) - 1)]
+            out.append(f"At {b}× ({seeds_text(g['seeds'])}), the {name(row)}'s lead over the "
+                       f"{name(rival)}: {ends[0]}; {ends[1]}.")
+    if absent:
+        out.append(f"Not in this artefact: the rows with {listed(absent)} (added after it was "
+                   "trained; `make sweep`, then `make scale`, trains them).")
+    return out
+
+
+def rule_text(rebuild: float | None, paired: bool = False) -> str:
+    """How chapter 11 calls a margin, with the rebuild spread said beside the rule (no floor);
+    ``paired``: the artefact's points keep each window's CE (the window error is paired)."""
     text = ("A margin is called where its 95 % interval excludes zero: the mean of the paired "
             "differences over the seeds ± the root of the sum of two squares: t(0.975, seeds − 1) "
             "× their standard error over the seeds, and 1.96 × the window-sampling error of the "
-            "difference. That error is bounded from each row's own standard error, as the "
-            "artefact keeps no per-window differences; the bound is loose, since the rows read "
-            "the same windows. With one seed no interval can be formed and a margin is not called.")
+            + ("difference, from each window's pair of CEs. " if paired else
+               "difference. That error is bounded from each row's own standard error, as the "
+               "artefact keeps no per-window CEs; the bound is loose, since the rows read "
+               "the same windows. ")
+            + "With one seed no interval can be formed and a margin is not called.")
     if rebuild is not None:
         text += (f" A rebuild on another CPU kernel dispatch moved a row by up to "
                  f"{rebuild:.3f} nats; a rebuild changes a run's trajectory as a seed does, so "
@@ -277,7 +308,6 @@ def rule_example(study: dict) -> str:
     """The rule worked through on one margin of the study, for the reproducibility page: the
     Euler CAT's lead over the best baseline at the shortest length, at the first budget
     where it has two seeds or more ("" where there is none)."""
-    from ..common.formatting import signed
     from ..common.verdicts import Z975, interval, t_quantile
 
     for b in budgets(study):
@@ -364,7 +394,8 @@ def missing(study: dict) -> str:
             seeds = sorted({s for v in got.values() for s in v})
             short.setdefault(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}",
                              []).append(name(r))
-    out = [f"Not finished: the {', the '.join(absent)}."] if absent else []
+    out = [f"Not in this artefact: {listed(absent)} (a study cut short, or rows "
+           "added after it was trained)."] if absent else []
     out += [f"On {seeds} only: the {', the '.join(rows)}." for seeds, rows in short.items()]
     return " ".join(out)
 
@@ -411,7 +442,7 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
             "budget_verdicts", "row_verdicts", "kernel", "overfit", "moon")
     study = studies.get(main)
     if study is None:
-        return {"answer": NO_STUDY, "rule": rule_text(rebuild), "rule_example": "",
+        return {"answer": NO_STUDY, "rule": rule_text(rebuild), "rule_example": "", "rivals": "",
                 **{key: "(no artefact)" for key in keys}}
     ls, prov = lengths(study), study.get("provenance", {})
     commit = prov.get("commit") or (prov.get("git") or {}).get("commit") or "unknown"
@@ -422,9 +453,12 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
              + missing(study))
     kernel = kernel_verdicts(study)
     return {"answer": answer(study), "where": where.strip(), "method": method_text(study),
-            "rule": rule_text(rebuild), "rule_example": rule_example(study),
+            "rule": rule_text(rebuild, any("window_ce" in p for t in study["rows"].values()
+                                           for p in t["points"])),
+            "rule_example": rule_example(study),
             "windows": window_text(study) or "This artefact scored a few windows per length.",
             "kernel": _bullets(kernel) if kernel else "- this artefact has no kernel control row",
+            "rivals": _bullets(rival_verdicts(study)),
             "overfit": overfit_table(study) or "(this artefact holds no training CE)",
             "lead_short": lead_table(study, ls[0]), "lead_long": lead_table(study, ls[-1]),
             "ce_short": ce_table(study, ls[0]), "ce_long": ce_table(study, ls[-1]),
