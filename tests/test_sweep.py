@@ -103,6 +103,8 @@ def test_a_cut_sweep_keeps_what_it_measured_and_resumes(data, tmp_path, monkeypa
     first = kept["rows"][scale.ALIBI]["dev_ce"]
     assert len(first) == 2 and kept["rows"][scale.ALIBI]["rate"] is None
     assert kept["complete"] is False
+    # its table beside it, for the reproducibility page, saying it is not finished
+    assert "; not finished._" in path.with_suffix(".md").read_text()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
     monkeypatch.setattr(sweep, "_sweep_job", real)

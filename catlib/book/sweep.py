@@ -30,24 +30,33 @@ def check_args(args) -> tuple:
 
 def writer(path: Path, provenance: dict):
     """``write(artefact)``: the artefact with its ``provenance`` (dated now) and whether
-    every row has its rate (``complete``), written atomically to ``path``."""
+    every row has its rate (``complete``), written atomically to ``path``, and its table
+    (:func:`summary`, labelled with the commit and date) beside it as ``.md``, which the
+    reproducibility page includes."""
     def write(table: dict) -> None:
         table = {**table, "complete": all(r["rate"] is not None for r in table["rows"].values()),
                  "provenance": {**provenance, "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}}
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
+        prov = table["provenance"]
+        commit = str((prov.get("git") or {}).get("commit") or prov.get("commit") or "unknown")[:12]
+        atomic_write_text(path.with_suffix(".md"),
+                          f"_Written by `{prov.get('written_by', 'python -m catlib.book.sweep')}`, "
+                          f"commit {commit}, {prov['date']}"
+                          f"{'' if table['complete'] else '; not finished'}._\n\n"
+                          + summary(table) + "\n")
     return write
 
 
 def summary(table: dict) -> str:
     """The sweep as a Markdown table: dev CE per rate of each row, and its chosen rate."""
-    rates = sorted({float(r) for row in table["rows"].values() for r in row["dev_ce"]})
+    rates = sorted({float(r) for row in table["rows"].values() for r in row.get("dev_ce", {})})
     body = []
     for label, row in table["rows"].items():
-        ce = {float(r): v for r, v in row["dev_ce"].items()}
+        ce = {float(r): v for r, v in row.get("dev_ce", {}).items()}
         body.append([label, *(("—" if r not in ce else "diverged" if ce[r] is None
                                else f"{ce[r]:.4f}") for r in rates),
-                     "—" if row["rate"] is None else f"{row['rate']:g}" + (" (edge)" if row["edge"] else "")])
+                     "—" if row["rate"] is None else f"{row['rate']:g}" + (" (edge)" if row.get("edge") else "")])
     return md_table(["row", *(f"{r:g}" for r in rates), "rate"], body, "l" + "r" * (len(rates) + 1))
 
 
