@@ -81,6 +81,6 @@ def test_the_length_change_is_said_on_each_row_in_words():
     from catlib.experiment import frontier as fr
 
     ce = {"A": np.array([[1.70, 1.65]]), "B": np.array([[1.60, 1.62]]), "C": np.array([[1.5, 1.5]])}
-    assert fr.length_change(ce, ["A", "B", "C"], [128, 5000]) == (
+    assert fr.length_change(ce, {"A": "A", "B": "B", "C": "C"}, [128, 5000]) == (
         "From 128 to 5000 characters, on the same text, CE falls by 0.050 nats for the A, "
         "rises by 0.020 for the B and stays level for the C.")

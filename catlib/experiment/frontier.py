@@ -134,19 +134,20 @@ def comparison_table(ce: dict, comparisons, lengths, windows: dict) -> str:
     return "\n".join(lines)
 
 
-def length_change(ce: dict, labels, lengths) -> str:
-    """How CE changes from the shortest to the longest of ``lengths`` for each of ``labels``
-    (``ce``: ``{label: [seeds, lengths]}``; every length reads the same text), in a sentence:
-    "From 128 to 5000 characters on the same text, CE falls by 0.031 nats for X and rises by
-    0.012 for Y"."""
+def length_change(ce: dict, names: dict, lengths) -> str:
+    """How CE changes from the shortest to the longest of ``lengths`` for each row of
+    ``names`` (``{label: the name a sentence gives it}``; ``ce``: ``{label: [seeds,
+    lengths]}``, every length on the same text), in a sentence: "From 128 to 5000
+    characters, on the same text, CE falls by 0.031 nats for the X and rises by 0.012 for
+    the Y"."""
     from ..common.verdicts import size_words
 
     parts = []
-    for k, label in enumerate(labels):
+    for k, (label, shown) in enumerate(names.items()):
         change = float(np.mean(np.asarray(ce[label], float)[:, -1] - np.asarray(ce[label], float)[:, 0]))
         verb = "falls" if change < 0 else "rises" if change > 0 else "stays level"
         amount = "" if change == 0 else f" by {size_words(change)}{' nats' if k == 0 else ''}"
-        parts.append(f"{verb}{amount} for the {label}")
+        parts.append(f"{verb}{amount} for the {shown}")
     return (f"From {lengths[0]} to {lengths[-1]} characters, on the same text, CE "
             + (parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}") + ".")
 
