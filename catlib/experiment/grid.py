@@ -4,6 +4,7 @@ the copy test and chapter 10's ladder points, each stored with its run.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Callable, Iterable
@@ -89,7 +90,9 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
     for label in rows:
         for seed in seeds_of(label):
             row = ROWS[label]
-            model, tc = row_configs(row, experiment, seed)
+            # the row's own seeds: its first keeps the frontier's points (row_configs)
+            own = dataclasses.replace(experiment, seeds=tuple(seeds_of(label)))
+            model, tc = row_configs(row, own, seed)
             key = (json.dumps(model.resolved().to_dict(), sort_keys=True), json.dumps(tc.identity()))
             if key not in specs:
                 # The study's rows are scored on plain text at their training length only.
