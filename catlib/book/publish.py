@@ -48,12 +48,15 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
 
 
 def equal_compute_summary(matched_table: str, cat_vs_steps: str, cat_wins: bool,
-                          designed_vs_steps: str, designed_met: bool, designed_min: str) -> str:
+                          designed_vs_steps: str, designed_met: bool, designed_min: str,
+                          length_change: str = "") -> str:
     """The README's lead (``book/_generated/equal_compute.md``, written by chapter 10): its
     compute-matched table and verdicts. ``cat_vs_steps`` and ``designed_vs_steps`` are
     sentences of :func:`catlib.common.verdicts.verdict` (``experiment.frontier.who_wins``),
     which name the rows; the bold lead-ins describe the comparison without a row's label, so
-    that no bullet names a row twice. The other verdicts are given as booleans."""
+    that no bullet names a row twice. The other verdicts are given as booleans;
+    ``length_change``: how CE changes with length on the same text
+    (``experiment.frontier.length_change``), a bullet of its own."""
     first = lambda sentence: sentence[:1].upper() + sentence[1:]          # noqa: E731
     return (f"At equal training compute (chapter 10; each row's training FLOPs relative to "
             f"the ALiBi baseline in the second column):\n\n{matched_table}\n\n"
@@ -64,7 +67,8 @@ def equal_compute_summary(matched_table: str, cat_vs_steps: str, cat_wins: bool,
             f"{first(designed_vs_steps)} Its target, a lead of at least 0.05 nats over every "
             f"baseline given the same compute (ALiBi as steps and as layers, RoPE as steps) at "
             f"every length in every seed, is "
-            f"{'met' if designed_met else 'missed'} (smallest lead {designed_min}).\n")
+            f"{'met' if designed_met else 'missed'} (smallest lead {designed_min}).\n"
+            + (f"- **With more context.** {length_change}\n" if length_change else ""))
 
 
 def republish_scale_answer(root: Path, profile: str = "cpu") -> None:
