@@ -228,24 +228,27 @@ def test_the_figure_reads_at_1280_px(tmp_path):
 def test_the_moonshot_reads_every_seed_every_budget_and_every_baseline():
     met = _baselines(**{EULER_DEEP: {1: [1.9, 1.91], 4: [1.6, 1.61]}})
     assert ss.moonshot(met, EULER_DEEP) == {"met": True, "missed": False, "smallest": pytest.approx(0.1),
-                                            "untested": []}
+                                            "where": (4, "128", ALIBI), "untested": []}
     # a lead of 0.065 whose seeds disagree (0.10, 0.03): its interval spans 0.05, not resolved
     one_short = _baselines(**{EULER_DEEP: {1: [1.9, 1.98], 4: [1.6, 1.6]}})
     got = ss.moonshot(one_short, EULER_DEEP)
     assert not got["met"] and not got["missed"] and got["smallest"] == pytest.approx(0.065)
     assert "the deep Euler CAT: not resolved" in ss.chapter_texts({"cpu": one_short}, "cpu")["moon"]
+    # the smallest lead names where it is and the row it is against (as chapter 10 does)
+    assert "smallest mean lead +0.065 (at 1× and 128, against the ALiBi baseline)" in \
+        ss.chapter_texts({"cpu": one_short}, "cpu")["moon"]
     # called below 0.05 somewhere: missed
     below = _baselines(**{EULER_DEEP: {1: [1.98, 1.99], 4: [1.6, 1.6]}})
     assert ss.moonshot(below, EULER_DEEP)["missed"]
     # a seed missing is untested, never met
     partial = _baselines(**{EULER_DEEP: {1: [1.0], 4: [1.0]}})
     assert ss.moonshot(partial, EULER_DEEP) == {"met": False, "missed": False, "smallest": None,
-                                                "untested": [1, 4]}
+                                                "where": None, "untested": [1, 4]}
     # the review's repro: with two of the three baselines gone, the lead is untested
     gone = {k: v for k, v in met["rows"].items() if k not in (ALIBI, ROPE)}
     without = dict(met, rows=gone)
     assert ss.moonshot(without, EULER_DEEP) == {"met": False, "missed": False, "smallest": None,
-                                                "untested": [1, 4]}
+                                                "where": None, "untested": [1, 4]}
     assert "the deep Euler CAT: untested" in ss.chapter_texts({"cpu": without}, "cpu")["moon"]
     assert ss.lead_at(without, EULER_DEEP, 1) is None and ss.leads(without, EULER_DEEP, "128") == {}
 

@@ -233,10 +233,10 @@ def moonshot(study: dict, row: str) -> dict:
     """Whether ``row`` leads the best baseline by :data:`MOON_LEAD` at every length and
     every budget of the study, by the book's rule: ``{"met": the lead's 95 % interval lies
     above MOON_LEAD everywhere, "missed": somewhere it lies below, "smallest": the smallest
-    mean lead or None, "untested": [budgets where a seed of the plan is missing from the row
-    or from any baseline]}``. An untested budget is not met; neither met nor missed: not
-    resolved."""
-    smallest, untested, above, below = None, [], True, False
+    mean lead or None, "where": (budget, length, the baseline it is against) of the smallest,
+    "untested": [budgets where a seed of the plan is missing from the row or from any
+    baseline]}``. An untested budget is not met; neither met nor missed: not resolved."""
+    smallest, where, untested, above, below = None, None, [], True, False
     plan = {int(b): set(s) for b, s in study["plan"].items()}
     for b in budgets(study):
         if set(compared_seeds(study, row, b)) != plan[b]:
@@ -246,10 +246,11 @@ def moonshot(study: dict, row: str) -> dict:
         mean, short = lead["diff"].mean(0), called(lead["diff"] - MOON_LEAD, lead["window"])
         above = above and bool((short & (mean > MOON_LEAD)).all())
         below = below or bool((short & (mean < MOON_LEAD)).any())
-        finite = [float(m) for m in mean if np.isfinite(m)] + ([smallest] if smallest is not None else [])
-        smallest = min(finite) if finite else None
+        for m, L, against in zip(mean, lengths(study), lead["best"]):
+            if np.isfinite(m) and (smallest is None or m < smallest):
+                smallest, where = float(m), (b, L, against)
     met = not untested and smallest is not None and above
-    return {"met": met, "missed": below, "smallest": smallest, "untested": untested}
+    return {"met": met, "missed": below, "smallest": smallest, "where": where, "untested": untested}
 
 
 def lowest(study: dict, budget: int) -> dict | None:

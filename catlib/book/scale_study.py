@@ -340,7 +340,9 @@ def moon_lines(study: dict) -> list[str]:
         status = ("met" if m["met"] else "untested" if m["smallest"] is None else
                   "missed" if m["missed"] else "not met" if m["untested"] else "not resolved")
         out.append(f"the {name(r)}: {status}"
-                   + (f", smallest mean lead {m['smallest']:+.3f}" if m["smallest"] is not None else "")
+                   + (f", smallest mean lead {m['smallest']:+.3f} (at {m['where'][0]}× and "
+                      f"{m['where'][1]}, against the {name(m['where'][2])})"
+                      if m["smallest"] is not None else "")
                    + (f" (untested at {_times(m['untested'])}: a seed or a baseline missing "
                       "there)" if m["untested"] else ""))
     return out
