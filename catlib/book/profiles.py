@@ -35,7 +35,7 @@ _EXPERIMENT: dict[str, dict] = {
                   eval_windows=4, curve_windows=4),
     "cpu": dict(d_model=128, n_heads=8, n_freq=32, blocks=1, solver="rk4-classic", solver_steps=1,
                 dropout=0.0, train_steps=500, lr=4e-3, batch=10, seq=128,
-                lengths=[128, 512, 1024, 5000], eval_windows=820, curve_windows=21),
+                lengths=[128, 512, 1024, 5000], eval_windows=128, curve_windows=21),
     "paper": dict(d_model=128, n_heads=8, n_freq=32, blocks=1, solver="rk4-classic", solver_steps=4,
                   dropout=0.1, train_steps=800, lr=3e-4, batch=32, seq=256,
                   lengths=[128, 512, 1024, 5000], eval_windows=256, curve_windows=256),
