@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.verdicts import called, pair_error
+from ..measure.evaluate import window_se
 from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, BIAS_KERNELS, BUCKETS, CONTROL,
                                 CONTROL_DEEP, EULER, EULER_DEEP, FIRE, FOX, KERPLE, KERPLE_LOG,
                                 KERPLE_ODE, ROPE)
@@ -142,8 +143,7 @@ def paired_error(a: dict | None, b: dict | None, length: str, seeds) -> float | 
     wa, wb = (p.get("window_ce", {}).get(length) for p in (a, b))
     if wa is None or wb is None or len(wa) != len(wb) or len(wa) < 2:
         return None
-    d = np.subtract(wa, wb)
-    return float(d.std(ddof=1) / np.sqrt(len(d)))
+    return window_se(np.subtract(wa, wb))
 
 
 def lead_at(study: dict, row: str, budget: int, seeds=None) -> dict | None:

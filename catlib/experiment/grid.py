@@ -399,7 +399,7 @@ def paired_window_error(runs: dict, first: str, second: str, seeds, corpus: dict
     out = []
     for i in range(len(diffs[0])):
         d = np.mean([per_seed[i] for per_seed in diffs], axis=0)        # [windows]
-        out.append(d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.nan)
+        out.append(window_se(d) if len(d) > 1 else np.nan)
     return np.array(out)
 
 
