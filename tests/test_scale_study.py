@@ -395,9 +395,9 @@ def test_the_kernel_against_each_rival_bias_is_said_at_both_ends_and_an_absent_r
     study = _baselines(**{EULER: {1: [1.80, 1.81], 4: [1.60, 1.61]},
                           FIRE: {1: [1.90, 1.91], 4: [1.60, 1.62]}})
     lines = ss.rival_verdicts(study)
-    assert lines[0] == ("At 1× (2 seeds), the Euler CAT's lead over the FIRE: +0.100 nats at 128 "
+    assert lines[0] == ("At 1× (2 seeds), the Euler CAT's lead over the FIRE bias: +0.100 nats at 128 "
                         "(called); +0.100 nats at 5000 (called).")
     assert "+0.005 nats at 128 (not called)" in lines[1]
     assert lines[-1].startswith("Not in this artefact: the rows with deep kernel control, "
-                                "learned buckets, KERPLE-log and FoX")
+                                "bucket bias, KERPLE-log bias and FoX gate")
     assert not any(prose_problems(line, LABELS) for line in lines)

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..runs import atomic_write_text
 from ..common.devices import check_jobs, resolve_device
 from ..common.provenance import code_fingerprint, environment
-from ..experiment.scale import SCALE_ROWS, plan_for, run_study
+from ..experiment.scale import dropped_for, plan_for, rows_for, run_study
 from ..experiment.sweep import SweepError, chosen_rates
 from .profiles import experiment as profile_experiment
 
@@ -81,14 +81,14 @@ def check_args(args) -> tuple:
     rates, source = None, {"from": "recipe"}
     if not args.recipe_rate:
         sweep = Path(args.sweep or out / artefact_name("lr_sweep", args.profile, device.type))
-        rates, source = sweep_rates(sweep, args.profile)
+        rates, source = sweep_rates(sweep, args.profile, rows_for(device))
     return (device, plan, profile_experiment(args.profile),
             out / artefact_name("scale", args.profile, device.type), rates, source)
 
 
-def sweep_rates(path: Path, profile: str) -> tuple[dict, dict]:
-    """``({row: rate}, source)`` from the sweep's artefact at ``path`` for every row of the
-    study, ``source`` recording where they come from (the artefact, its commit, grid and dev
+def sweep_rates(path: Path, profile: str, rows) -> tuple[dict, dict]:
+    """``({row: rate}, source)`` from the sweep's artefact at ``path`` for each of ``rows``
+    (the study's), ``source`` recording where they come from (the artefact, its commit, grid and dev
     slice); :class:`ScaleArgsError` naming ``make sweep`` where it cannot give them."""
     fix = "run `make sweep` first, or pass --recipe_rate for the recipe's single rate"
     if not path.is_file():
@@ -104,7 +104,7 @@ def sweep_rates(path: Path, profile: str) -> tuple[dict, dict]:
         raise ScaleArgsError(f"--sweep {path} was made for the profile {made_for!r}, not "
                              f"{profile!r}; {fix}")
     try:
-        rates = chosen_rates(sweep, SCALE_ROWS, f"--sweep {path}")
+        rates = chosen_rates(sweep, rows, f"--sweep {path}")
     except SweepError as e:
         raise ScaleArgsError(str(e)) from None
     source = {"from": "sweep", "artefact": str(path), "dev": sweep.get("dev"),
@@ -155,8 +155,11 @@ def main(argv=None) -> int:
     print(f"scale study: profile {args.profile}, device {device}, budgets "
           f"{', '.join(f'{b}x (seeds {list(s)})' for b, s in sorted(plan.items()))}; runs in {root}; "
           f"{'rates from ' + source['artefact'] if rates else 'the recipe rate'}", flush=True)
+    for row, why in dropped_for(device).items():
+        print(f"leaves out {row}: {why}", flush=True)
     table = run_study(experiment, root=root, device=device, plan=plan, jobs=args.jobs,
-                      echo=lambda line: print(line, flush=True), rates=rates, rate_source=source)
+                      echo=lambda line: print(line, flush=True), rates=rates, rate_source=source,
+                      rows=rows_for(device), dropped=dropped_for(device))
     table["provenance"] = {**environment(("torch", "numpy"), device), "profile": args.profile,
                            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
                            "written_by": "python -m catlib.book.scale " + " ".join(argv or sys.argv[1:]),

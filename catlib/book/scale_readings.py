@@ -46,8 +46,8 @@ KERNEL_RIVALS = ((EULER, CONTROL), (EULER_DEEP, CONTROL_DEEP),
 NAMES = {ALIBI: "ALiBi baseline", ALIBI_DEEP: "deep ALiBi baseline", ROPE: "RoPE baseline",
          KERPLE: "KERPLE-prior CAT", KERPLE_ODE: "ODE-consistent CAT", EULER: "Euler CAT",
          EULER_DEEP: "deep Euler CAT", CONTROL: "kernel control",
-         CONTROL_DEEP: "deep kernel control", BUCKETS: "learned buckets", KERPLE_LOG: "KERPLE-log",
-         FIRE: "FIRE", FOX: "FoX"}
+         CONTROL_DEEP: "deep kernel control", BUCKETS: "bucket bias", KERPLE_LOG: "KERPLE-log bias",
+         FIRE: "FIRE bias", FOX: "FoX gate"}
 
 
 def name(row: str) -> str:
@@ -96,11 +96,19 @@ def common_seeds(study: dict, budget: int, rows) -> list[int]:
     return sorted(set.intersection(*sets)) if sets and all(sets) else []
 
 
-def compared_seeds(study: dict, row: str, budget: int) -> list[int]:
-    """The seeds at ``budget`` shared by ``row`` and *every* baseline row: a "who leads"
-    verdict reads a budget only where no baseline is missing (else "the best baseline"
-    would be the best of the baselines that happen to be there)."""
-    return common_seeds(study, budget, (row, *BASELINE_ROWS))
+def compared_seeds(study: dict, row: str, budget: int, against=BASELINE_ROWS) -> list[int]:
+    """The seeds at ``budget`` shared by ``row`` and *every* row of ``against`` (default:
+    the baselines): a "who leads" verdict reads a budget only where none of them is missing
+    (else "the best baseline" would be the best of the baselines that happen to be there)."""
+    return common_seeds(study, budget, (row, *against))
+
+
+def rivals(study: dict) -> list[str]:
+    """The rows without the CAT's kernel that the moonshot is against, the best of them at
+    each length: every baseline (required: one missing leaves a budget untested), then the
+    study's other rows but :data:`CAT_ROWS` (the kernel's controls, the learned biases and
+    FoX), each at the same compute."""
+    return [*BASELINE_ROWS, *(r for r in study["rows"] if r not in (*CAT_ROWS, *BASELINE_ROWS))]
 
 
 def matrix(study: dict, row: str, budget: int, seeds, key: str = "ce") -> np.ndarray:
@@ -146,18 +154,19 @@ def paired_error(a: dict | None, b: dict | None, length: str, seeds) -> float | 
     return window_se(np.subtract(wa, wb))
 
 
-def lead_at(study: dict, row: str, budget: int, seeds=None) -> dict | None:
-    """``row`` against the best baseline at ``budget`` on ``seeds`` (default: its compared
-    seeds): ``{"seeds", "best": [baseline per length], "diff": [seeds, lengths], "window":
-    [lengths] or None, "called": [lengths]}``, where ``best`` is the baseline row with the
-    lowest mean CE over those seeds at each length and ``diff`` = CE(best) − CE(row) per
-    seed (> 0: ``row`` leads), called by the book's rule. None where a baseline row or a
-    seed is missing."""
-    seeds = compared_seeds(study, row, budget) if seeds is None else list(seeds)
-    if not seeds or not set(seeds) <= set(compared_seeds(study, row, budget)):
+def lead_at(study: dict, row: str, budget: int, seeds=None, against=BASELINE_ROWS) -> dict | None:
+    """``row`` against the best of ``against`` (default: the baselines) at ``budget`` on
+    ``seeds`` (default: its compared seeds): ``{"seeds", "best": [row per length], "diff":
+    [seeds, lengths], "window": [lengths] or None, "called": [lengths]}``, where ``best`` is
+    the row of ``against`` with the lowest mean CE over those seeds at each length and
+    ``diff`` = CE(best) − CE(row) per seed (> 0: ``row`` leads), called by the book's rule.
+    None where a row of ``against`` or a seed is missing."""
+    against = tuple(against)
+    seeds = compared_seeds(study, row, budget, against) if seeds is None else list(seeds)
+    if not seeds or not set(seeds) <= set(compared_seeds(study, row, budget, against)):
         return None
-    base = {r: matrix(study, r, budget, seeds).mean(0) for r in BASELINE_ROWS}
-    best = [min(BASELINE_ROWS, key=lambda r: _rank(base[r][i])) for i in range(len(lengths(study)))]
+    base = {r: matrix(study, r, budget, seeds).mean(0) for r in against}
+    best = [min(against, key=lambda r: _rank(base[r][i])) for i in range(len(lengths(study)))]
     diff, window = difference(study, budget, seeds, best, row)
     return {"seeds": seeds, "best": best, "diff": diff, "window": window,
             "called": called(diff, window)}
@@ -230,25 +239,28 @@ def _first_change(bs, values) -> float | None:
 
 
 def moonshot(study: dict, row: str) -> dict:
-    """Whether ``row`` leads the best baseline by :data:`MOON_LEAD` at every length and
-    every budget of the study, by the book's rule: ``{"met": the lead's 95 % interval lies
-    above MOON_LEAD everywhere, "missed": somewhere it lies below, "smallest": the smallest
-    mean lead or None, "where": (budget, length, the baseline it is against) of the smallest,
-    "untested": [budgets where a seed of the plan is missing from the row or from any
-    baseline]}``. An untested budget is not met; neither met nor missed: not resolved."""
+    """Whether ``row`` leads the best compute-matched row without the CAT's kernel
+    (:func:`rivals`: the baselines, the kernel's controls, the learned biases and FoX) by
+    :data:`MOON_LEAD` at every length and every budget of the study, by the book's rule:
+    ``{"met": the lead's 95 % interval lies above MOON_LEAD everywhere, "missed": somewhere
+    it lies below, "smallest": the smallest mean lead or None, "where": (budget, length, the
+    row it is against) of the smallest, "untested": [budgets where a seed of the plan is
+    missing from the row or from any rival]}``. An untested budget is not met; neither met
+    nor missed: not resolved."""
     smallest, where, untested, above, below = None, None, [], True, False
     plan = {int(b): set(s) for b, s in study["plan"].items()}
+    against = rivals(study)
     for b in budgets(study):
-        if set(compared_seeds(study, row, b)) != plan[b]:
+        if set(compared_seeds(study, row, b, against)) != plan[b]:
             untested.append(b)
             continue
-        lead = lead_at(study, row, b)
+        lead = lead_at(study, row, b, against=against)
         mean, short = lead["diff"].mean(0), called(lead["diff"] - MOON_LEAD, lead["window"])
         above = above and bool((short & (mean > MOON_LEAD)).all())
         below = below or bool((short & (mean < MOON_LEAD)).any())
-        for m, L, against in zip(mean, lengths(study), lead["best"]):
+        for m, L, best in zip(mean, lengths(study), lead["best"]):
             if np.isfinite(m) and (smallest is None or m < smallest):
-                smallest, where = float(m), (b, L, against)
+                smallest, where = float(m), (b, L, best)
     met = not untested and smallest is not None and above
     return {"met": met, "missed": below, "smallest": smallest, "where": where, "untested": untested}
 

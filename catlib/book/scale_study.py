@@ -17,39 +17,16 @@ import numpy as np
 
 from ..common.formatting import signed
 from ..common.verdicts import NOT_CALLED, listed, nats_range, size_words, subject
-from ..common.verdicts import verdict, window_error
+from ..common.verdicts import called_words, times_listed as _times, verdict, window_error
 from ..experiment.scale import CONTROL, EULER, SCALE_ROWS
 from .scale_readings import (CAT_ROWS, KERNEL_RIVALS, MOON_LEAD, NAMES, STUDY_DEVICES,  # noqa: F401
                              row_leads, budgets, common_seeds, compared_seeds, crossing, crossings,
                              difference, kernel_leads, lead_at, lead_path, leads, lengths,
                              load_studies, lowest, matrix, moonshot, name, per_seed, point,
                              unit_flops, within_budget)
+from .scale_rivals import rival_verdicts, rivals_answer  # noqa: F401
 from .scale_tables import (ce_table, crossing_caption, draw, frontier_figure,  # noqa: F401
                            lead_table, overfit_table, seeds_text)
-
-
-def _times(bs) -> str:
-    return listed([f"{b}×" for b in bs])
-
-
-def called_words(cells) -> str:
-    """Whether a clause's margins are called, from its cells ``[(budget, length, called)]``:
-    "called", "not called", "called at 2× only", "called except at 128 at 1×" (whichever
-    names fewer cells; a budget is named whole where all its cells agree)."""
-    yes = [c for c in cells if c[2]]
-    if len(yes) == len(cells):
-        return "called"
-    if not yes:
-        return NOT_CALLED
-    no = [c for c in cells if not c[2]]
-    few, form = (yes, "called at {} only") if len(yes) <= len(no) else (no, "called except at {}")
-    named: dict[tuple, list] = {}      # the lengths named at a budget (none: all) -> budgets
-    for b in dict.fromkeys(c[0] for c in cells):
-        mine, every = [c[1] for c in few if c[0] == b], [c[1] for c in cells if c[0] == b]
-        if mine:
-            named.setdefault(() if mine == every else tuple(mine), []).append(b)
-    return form.format(listed([f"{listed(ls)} at {_times(bs)}" if ls else _times(bs)
-                               for ls, bs in named.items()]))
 
 
 def _noise(cells, seeds) -> str:
@@ -244,11 +221,13 @@ def kernel_clause(study: dict) -> str:
 
 def answer(study: dict) -> str:
     """The chapter's answer: which row is lowest over which budgets (:func:`lowest_over_budgets`),
-    and whether the Euler CAT's lead is its kernel's (its control, :func:`kernel_clause`);
+    whether the Euler CAT's lead is its kernel's (its control, :func:`kernel_clause`), and
+    what the kernel adds over a learned bias and at depth
+    (:func:`~catlib.book.scale_rivals.rivals_answer`);
     the KERPLE-prior CAT against the best baseline is the chapter's next verdict
     (:func:`lead_verdict`), where every budget's value is given."""
-    clause = kernel_clause(study)
-    return lowest_over_budgets(study) + (f" {clause}" if clause else "")
+    said = [lowest_over_budgets(study), kernel_clause(study), rivals_answer(study)]
+    return " ".join(s for s in said if s)
 
 
 def kernel_verdicts(study: dict) -> list[str]:
@@ -257,33 +236,6 @@ def kernel_verdicts(study: dict) -> list[str]:
     return [f"At {b}× ({seeds_text(g['seeds'])}), "
             + verdict(-g["diff"], lengths(study), name(EULER), name(CONTROL), window=g["window"])
             for b, g in kernel_leads(study).items()]
-
-
-CALLED_WORD = {True: "called", False: NOT_CALLED}
-
-
-def rival_verdicts(study: dict) -> list[str]:
-    """The Euler CAT's kernel against what else its block could hold, budget by budget (issue
-    54): ALiBi's fixed bias at depth and each learned bias, the lead (CE of the rival minus
-    CE of the CAT, mean over the seeds) at the shortest and at the longest length as separate
-    clauses, each called or not by the book's rule; for rivals the artefact lacks, one line
-    saying so."""
-    ls, out, absent = lengths(study), [], []
-    for row, rival in KERNEL_RIVALS[1:]:
-        got = row_leads(study, row, rival)
-        if not got:
-            absent.append(name(rival))
-            continue
-        for b, g in got.items():
-            mean = g["diff"].mean(0)
-            ends = [f"{signed(mean[i])} nats at {ls[i]} ({CALLED_WORD[bool(g['called'][i])]})"
-                    if np.isfinite(mean[i]) else f"not measured at {ls[i]}" for i in (0, len(ls) - 1)]
-            out.append(f"At {b}× ({seeds_text(g['seeds'])}), the {name(row)}'s lead over the "
-                       f"{name(rival)}: {ends[0]}; {ends[1]}.")
-    if absent:
-        out.append(f"Not in this artefact: the rows with {listed(absent)} (added after it was "
-                   "trained; `make sweep`, then `make scale`, trains them).")
-    return out
 
 
 def rule_text(rebuild: float | None, paired: bool = False) -> str:
@@ -386,8 +338,10 @@ def method_text(study: dict) -> str:
 
 def missing(study: dict) -> str:
     """What the plan asked for and the artefact lacks, in a sentence or two ("" if nothing):
-    the rows absent, and the rows measured on fewer seeds than the plan's."""
-    absent = [name(r) for r in SCALE_ROWS if r not in study["rows"]]
+    the rows absent, the rows measured on fewer seeds than the plan's, and the rows the
+    study left out on purpose, with the reason it records (``"dropped"``)."""
+    dropped = study.get("dropped") or {}
+    absent = [name(r) for r in SCALE_ROWS if r not in study["rows"] and r not in dropped]
     plan = {int(b): set(s) for b, s in study["plan"].items()}
     short: dict[str, list] = {}
     for r in study["rows"]:
@@ -399,6 +353,10 @@ def missing(study: dict) -> str:
     out = [f"Not in this artefact: {listed(absent)} (a study cut short, or rows "
            "added after it was trained)."] if absent else []
     out += [f"On {seeds} only: the {', the '.join(rows)}." for seeds, rows in short.items()]
+    why: dict[str, list] = {}
+    for r, reason in dropped.items():
+        why.setdefault(reason, []).append(f"the {name(r)}")
+    out += [f"Left out of this study: {listed(rows)} ({reason})." for reason, rows in why.items()]
     return " ".join(out)
 
 

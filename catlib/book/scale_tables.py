@@ -47,17 +47,20 @@ def lead_table(study: dict, length: str, rows=CAT_ROWS) -> str:
 
 def ce_table(study: dict, length: str) -> str:
     """Markdown: mean CE (± standard deviation over seeds, where several) per row and
-    budget at ``length``."""
+    budget at ``length``, and each row's learning rate where the artefact records it."""
     bs = budgets(study)
+    rated = any("rate" in t for t in study["rows"].values())
     cells = []
     for r in sorted(study["rows"], key=list(SCALE_ROWS).index):
-        row = [name(r)]
+        row = [name(r)] + ([f"{study['rows'][r]['rate']:g}" if "rate" in study["rows"][r] else "–"]
+                           if rated else [])
         for b in bs:
             v = list(per_seed(study, r, b, length).values())
             row.append("–" if not v else f"{np.mean(v):.3f}" + (
                 f" ± {np.std(v, ddof=1):.3f}" if len(v) > 1 else ""))
         cells.append(row)
-    return md_table(["row", *[f"{b}×" for b in bs]], cells, "l" + "r" * len(bs))
+    heads = ["row", *(["rate"] if rated else []), *[f"{b}×" for b in bs]]
+    return md_table(heads, cells, "l" + "r" * (len(heads) - 1))
 
 
 def overfit_table(study: dict) -> str:

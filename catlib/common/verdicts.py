@@ -223,6 +223,31 @@ def listed(values) -> str:
     return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} and {values[-1]}"
 
 
+def times_listed(budgets) -> str:
+    """Budgets as multiples in words: "1×, 2× and 4×"."""
+    return listed([f"{b}×" for b in budgets])
+
+
+def called_words(cells) -> str:
+    """Whether a clause's margins are called, from its cells ``[(budget, length, called)]``:
+    "called", "not called", "called at 2× only", "called except at 128 at 1×" (whichever
+    names fewer cells; a budget is named whole where all its cells agree)."""
+    yes = [c for c in cells if c[2]]
+    if len(yes) == len(cells):
+        return "called"
+    if not yes:
+        return NOT_CALLED
+    no = [c for c in cells if not c[2]]
+    few, form = (yes, "called at {} only") if len(yes) <= len(no) else (no, "called except at {}")
+    named: dict[tuple, list] = {}      # the lengths named at a budget (none: all) -> budgets
+    for b in dict.fromkeys(c[0] for c in cells):
+        mine, every = [c[1] for c in few if c[0] == b], [c[1] for c in cells if c[0] == b]
+        if mine:
+            named.setdefault(() if mine == every else tuple(mine), []).append(b)
+    return form.format(listed([f"{listed(ls)} at {times_listed(bs)}" if ls else times_listed(bs)
+                               for ls, bs in named.items()]))
+
+
 def judged(real, lengths, seeds: int) -> str:
     """Whether the difference is called (:func:`called`, per length ``real``), in words:
     :data:`CALLED`, "not called", or called at some lengths only; one seed: not called,

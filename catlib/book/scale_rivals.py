@@ -1,0 +1,186 @@
+"""What the CAT's kernel adds over a learned bias, in sentences: the Euler CAT against the
+same block holding another bias at the same compute (ALiBi's fixed bias, the learned
+buckets, KERPLE-log, FIRE, FoX's forget gate), and the deep Euler CAT against its own
+control, read from the scale study's artefact.
+
+Every lead is CE(rival) − CE(Euler CAT), mean over the seeds both rows share at a budget
+(> 0: the kernel is lower), said at the shortest and the longest length as separate
+clauses and called by the book's rule (:func:`~catlib.common.verdicts.called`).
+:func:`rival_verdicts` says each budget; :func:`rivals_answer` says the whole in a few
+sentences for the chapter's answer, the abstract and the README, ending on what the kernel
+adds: more than a learned bias where it is ahead of every one of them, called, at every
+budget and at both lengths; else a learned bias's gain, naming the biases that match it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..common.formatting import signed
+from ..common.verdicts import called_words, listed, nats_range
+from ..experiment.scale import BIAS_KERNELS, CONTROL_DEEP, EULER, EULER_DEEP
+from .scale_readings import KERNEL_RIVALS, budgets, lengths, name, row_leads
+from .scale_tables import seeds_text
+
+CALLED_WORD = {True: "called", False: "not called"}
+
+
+def rival_verdicts(study: dict) -> list[str]:
+    """The Euler CAT's kernel against what else its block could hold, budget by budget:
+    ALiBi's fixed bias at depth and each learned bias, the lead at the shortest and at the
+    longest length as separate clauses, each called or not by the book's rule; for rivals
+    the artefact lacks, one line saying so."""
+    ls, out, absent = lengths(study), [], []
+    for row, rival in KERNEL_RIVALS[1:]:
+        got = row_leads(study, row, rival)
+        if not got:
+            absent.append(name(rival))
+            continue
+        for b, g in got.items():
+            mean = g["diff"].mean(0)
+            ends = [f"{signed(mean[i])} nats at {ls[i]} ({CALLED_WORD[bool(g['called'][i])]})"
+                    if np.isfinite(mean[i]) else f"not measured at {ls[i]}" for i in (0, len(ls) - 1)]
+            out.append(f"At {b}× ({seeds_text(g['seeds'])}), the {name(row)}'s lead over the "
+                       f"{name(rival)}: {ends[0]}; {ends[1]}.")
+    if absent:
+        out.append(f"Not in this artefact: the rows with {listed(absent)} (added after it was "
+                   "trained; `make sweep`, then `make scale`, trains them).")
+    return out
+
+
+def end_reading(study: dict, row: str, rival: str) -> dict | None:
+    """``row`` against ``rival`` at the shortest and the longest length over the budgets
+    both were measured on: ``{"lengths": (short, long), "means": [2, budgets] mean leads,
+    "cells": [[(budget, length, called)] per end]}``; None where the study lacks either."""
+    got = row_leads(study, row, rival)
+    if not got:
+        return None
+    ls = lengths(study)
+    ends = (0, len(ls) - 1)
+    means = np.array([[g["diff"][:, i].mean() for g in got.values()] for i in ends])
+    cells = [[(b, ls[i], bool(g["called"][i])) for b, g in got.items()] for i in ends]
+    return {"lengths": (ls[0], ls[-1]), "means": means, "cells": cells}
+
+
+def _end_words(means, cells, length: str) -> str:
+    """One end of a comparison in words: "ahead by 0.012-0.020 nats at 128 (called)",
+    "behind by ...", or "between -0.003 and +0.004 nats at 5000 (not called)"."""
+    means = np.asarray(means, dtype=float)
+    finite = means[np.isfinite(means)]
+    if not finite.size:
+        return f"not measured at {length}"
+    said = called_words([c for c, m in zip(cells, means) if np.isfinite(m)])
+    if (finite > 0).all():
+        return f"ahead by {nats_range(finite)} nats at {length} ({said})"
+    if (finite < 0).all():
+        return f"behind by {nats_range(-finite)} nats at {length} ({said})"
+    return f"between {_cell(finite.min())} and {_cell(finite.max())} nats at {length} ({said})"
+
+
+def standing(reading: dict) -> str:
+    """How a comparison reads over every budget and both lengths: "ahead" (the kernel lower,
+    called everywhere), "behind" (the rival lower where called, and called somewhere), or
+    "level" (no order called everywhere)."""
+    means = reading["means"]
+    called = np.array([[c for *_, c in end] for end in reading["cells"]])
+    if np.isfinite(means).all() and (means > 0).all() and called.all():
+        return "ahead"
+    if (called & (means < 0)).any() and not (called & (means > 0)).any():
+        return "behind"
+    return "level"
+
+
+def rivals_answer(study: dict) -> str:
+    """The answer to "what does the kernel add over a learned bias?" in a few sentences:
+    the Euler CAT against each learned bias and FoX, a sentence each, at the shortest and the
+    longest length over the budgets; what that makes of the kernel's gain; and whether its
+    lead over ALiBi's bias survives at depth. "" where the study has none of these rows."""
+    readings = {bias: end_reading(study, EULER, bias) for bias in BIAS_KERNELS}
+    readings = {b: r for b, r in readings.items() if r is not None}
+    said = []
+    rate = (" (each row at the rate the sweep chose for it)"
+            if study.get("rates", {}).get("from") == "sweep" else " (every row at one rate)")
+    for k, (bias, r) in enumerate(readings.items()):
+        ends = [_end_words(r["means"][i], r["cells"][i], r["lengths"][i]) for i in (0, 1)]
+        said.append(f"Against the {name(bias)} in its block at the same compute{rate if k == 0 else ''}, "
+                    f"the Euler CAT's kernel is {ends[0]} and {ends[1]}.")
+    kinds = {b: standing(r) for b, r in readings.items()}
+    level = [f"the {name(b)}" for b, k in kinds.items() if k == "level"]
+    beaten = [f"the {name(b)}" for b, k in kinds.items() if k == "behind"]
+    bs = budgets(study)
+    where = "at every budget" if len(bs) > 1 else f"at {bs[0]}×"
+    if readings and not level and not beaten:
+        said.append("So the kernel adds more than a learned bias: it is ahead of every one of "
+                    f"them, called, {where} and at both lengths.")
+    elif readings:
+        who = ([f"not separated from {listed(level)}"] if level else []) + \
+              ([f"beaten by {listed(beaten)}"] if beaten else [])
+        said.append(f"So its gain over ALiBi is a learned bias's gain: by the book's rule the "
+                    f"kernel is {' and '.join(who)}.")
+    deep = end_reading(study, EULER_DEEP, CONTROL_DEEP)
+    if deep is not None:
+        ends = [_end_words(deep["means"][i], deep["cells"][i], deep["lengths"][i]) for i in (0, 1)]
+        verb = {"ahead": "survives at depth", "behind": "turns at depth",
+                "level": "is not resolved at depth"}[standing(deep)]
+        said.append(f"The kernel's lead over ALiBi's bias {verb}: the {name(EULER_DEEP)} against "
+                    f"the same blocks with ALiBi's bias is {ends[0]} and {ends[1]}.")
+    return " ".join(said)
+
+
+def _cell(x: float) -> str:
+    """A lead in a table: "+0.012", "-0.300", "0.000" where it rounds to zero (never a signed
+    zero, never a float's last bits)."""
+    text = f"{x:+.3f}"
+    return "0.000" if float(text) == 0 else text
+
+
+def at_budget(study: dict, budget: int) -> dict:
+    """The study read at ``budget`` alone (its plan cut to that budget; the points kept), as
+    chapter 10 reads it at its own budget, 1×."""
+    return {**study, "plan": {str(budget): study["plan"][str(budget)]}}
+
+
+def rival_table(study: dict, budget: int) -> str:
+    """Markdown: at ``budget``, the Euler CAT, its kernel control and each learned bias in
+    its block: the row's learning rate, its CE at the shortest and the longest length (mean
+    ± standard deviation over its seeds) and, for the others, their CE minus the Euler CAT's
+    on the seeds both share (> 0: the kernel is lower); "" where the study has no such row."""
+    from ..common.formatting import md_table
+    from ..experiment.scale import CONTROL
+    from .scale_readings import per_seed
+
+    ls = lengths(study)
+    ends = (ls[0], ls[-1])
+    rows = [r for r in (EULER, CONTROL, *BIAS_KERNELS) if r in study["rows"]]
+    if len(rows) < 2 or EULER not in rows:
+        return ""
+    leads = {r: row_leads(study, EULER, r).get(budget) for r in rows[1:]}
+    body = []
+    for r in rows:
+        ce = [list(per_seed(study, r, budget, L).values()) for L in ends]
+        cells = [f"{np.mean(v):.3f} ± {np.std(v, ddof=1):.3f}" if len(v) > 1 else
+                 f"{v[0]:.3f}" if v else "–" for v in ce]
+        got = leads.get(r)
+        lead = ["" if r == EULER else "–" if got is None else _cell(got["diff"][:, ls.index(L)].mean())
+                for L in ends]
+        rate = study["rows"][r].get("rate")
+        body.append([name(r), "–" if rate is None else f"{rate:g}", *cells, *lead])
+    return md_table(["row", "rate", *(f"CE at {L}" for L in ends),
+                     *(f"minus the Euler CAT's at {L}" for L in ends)], body, "lrrrrr")
+
+
+def at_one_budget_text(studies: dict, budget: int = 1) -> str:
+    """Chapter 10's reading of the learned biases at its own budget, from the scale study's
+    artefact (``studies``: :func:`~catlib.book.scale_readings.load_studies`; the CPU's
+    first): where it was read, :func:`rival_table` and :func:`rivals_answer` at ``budget``;
+    or a sentence saying which command trains them."""
+    device = next(iter(studies), None)
+    study = studies.get(device)
+    table = rival_table(study, budget) if study and str(budget) in study["plan"] else ""
+    if not table:
+        return ("The scale study in `results/` has no learned-bias rows at this budget yet: "
+                "`make sweep`, then `make scale`, trains them.")
+    prov = study.get("provenance", {})
+    commit = str((prov.get("git") or {}).get("commit") or prov.get("commit") or "unknown")[:12]
+    view = at_budget(study, budget)
+    return (f"Read from `results/scale_{device}.json` (commit {commit}, {prov.get('date', 'date unknown')}), "
+            f"the study's own runs at {budget}×, not this build's:\n\n{table}\n\n{rivals_answer(view)}")
