@@ -59,8 +59,8 @@ def test_a_bias_that_matches_or_beats_the_kernel_makes_its_gain_a_learned_bias_s
     assert ("the Euler CAT's kernel is between -0.050 and 0.000 nats at 128 (called at 4× only) and "
             "between -0.050 and 0.000 nats at 5000 (called at 4× only).") in text
     assert "ahead by 0.030 nats at 128 (called) and behind by 0.030 nats at 5000 (called)" in text
-    assert text.endswith("So its gain over ALiBi is a learned bias's gain: by the book's rule the "
-                         "kernel is not separated from the KERPLE-log bias and the FIRE bias and "
+    assert text.endswith("So the kernel's gain over ALiBi is a learned bias's gain: by the book's "
+                         "rule it is not separated from the KERPLE-log bias and the FIRE bias and "
                          "beaten by the bucket bias.")
     assert not prose_problems(text, LABELS)
 
@@ -120,3 +120,20 @@ def test_chapter_10_reads_the_learned_biases_at_its_own_budget_from_the_study():
     # a study without these rows, or none at all: the command that trains them
     for studies in ({"cpu": _study(BASE)}, {}):
         assert "`make sweep`, then `make scale`" in at_one_budget_text(studies)
+
+
+def test_the_findings_sentence_names_the_conclusion_and_the_depth_verdict():
+    from catlib.book.scale_rivals import rivals_short
+
+    ahead = _study({**BASE, **{b: _flat(1.95, 1.75) for b in (BUCKETS, FIRE)},
+                    EULER_DEEP: _flat(1.85, 1.65), CONTROL_DEEP: _flat(1.92, 1.72)})
+    assert rivals_short(ahead) == (
+        "Against the field's learned biases in the Euler CAT's block at equal compute, the kernel "
+        "adds more than a learned bias: it is ahead of every one of them, called, at every budget "
+        "and at both lengths; the kernel's lead over ALiBi's bias survives at depth.")
+    matched = _study({**BASE, FIRE: _flat(1.90, 1.70, (0.0, 0.03, -0.03))})
+    assert rivals_short(matched) == (
+        "Against the field's learned biases in the Euler CAT's block at equal compute, the "
+        "kernel's gain over ALiBi is a learned bias's gain: by the book's rule it is not "
+        "separated from the FIRE bias.")
+    assert "`make sweep`, then `make scale`" in rivals_short(_study(BASE))

@@ -89,13 +89,63 @@ def standing(reading: dict) -> str:
     return "level"
 
 
+def _readings(study: dict) -> dict:
+    """``{bias: end_reading(study, EULER, bias)}`` for each learned bias the study holds."""
+    found = {bias: end_reading(study, EULER, bias) for bias in BIAS_KERNELS}
+    return {b: r for b, r in found.items() if r is not None}
+
+
+def _conclusion(study: dict, readings: dict) -> str | None:
+    """What the learned biases make of the kernel's gain, as a clause: "the kernel adds
+    more than a learned bias: ..." where it is ahead of every one, called, everywhere;
+    else "the kernel's gain over ALiBi is a learned bias's gain: ..." naming the biases it is not
+    separated from and those that beat it; None without learned biases."""
+    if not readings:
+        return None
+    kinds = {b: standing(r) for b, r in readings.items()}
+    level = [f"the {name(b)}" for b, k in kinds.items() if k == "level"]
+    beaten = [f"the {name(b)}" for b, k in kinds.items() if k == "behind"]
+    bs = budgets(study)
+    where = "at every budget" if len(bs) > 1 else f"at {bs[0]}×"
+    if not level and not beaten:
+        return ("the kernel adds more than a learned bias: it is ahead of every one of them, "
+                f"called, {where} and at both lengths")
+    who = ([f"not separated from {listed(level)}"] if level else []) + \
+          ([f"beaten by {listed(beaten)}"] if beaten else [])
+    return f"the kernel's gain over ALiBi is a learned bias's gain: by the book's rule it is {' and '.join(who)}"
+
+
+def _depth(study: dict) -> tuple[str, dict] | None:
+    """``(verb, reading)``: whether the kernel's lead over ALiBi's bias survives at depth
+    (the deep Euler CAT against its control), or None without the deep control."""
+    deep = end_reading(study, EULER_DEEP, CONTROL_DEEP)
+    if deep is None:
+        return None
+    return {"ahead": "survives at depth", "behind": "turns at depth",
+            "level": "is not resolved at depth"}[standing(deep)], deep
+
+
+def rivals_short(study: dict) -> str:
+    """The answer in one sentence for the book's findings: what the learned biases make of
+    the kernel's gain (:func:`_conclusion`) and whether its lead survives at depth; "" where
+    the study has neither, the command that trains them."""
+    clause, depth = _conclusion(study, _readings(study)), _depth(study)
+    said = [f"against the field's learned biases in the Euler CAT's block at equal compute, {clause}"
+            ] if clause else []
+    said += [f"the kernel's lead over ALiBi's bias {depth[0]}"] if depth else []
+    if not said:
+        return ("The scale study in `results/` holds no learned-bias rows: `make sweep`, then "
+                "`make scale`, trains them.")
+    text = "; ".join(said)
+    return text[0].upper() + text[1:] + "."
+
+
 def rivals_answer(study: dict) -> str:
     """The answer to "what does the kernel add over a learned bias?" in a few sentences:
     the Euler CAT against each learned bias and FoX, a sentence each, at the shortest and the
     longest length over the budgets; what that makes of the kernel's gain; and whether its
     lead over ALiBi's bias survives at depth. "" where the study has none of these rows."""
-    readings = {bias: end_reading(study, EULER, bias) for bias in BIAS_KERNELS}
-    readings = {b: r for b, r in readings.items() if r is not None}
+    readings = _readings(study)
     said = []
     rate = (" (each row at the rate the sweep chose for it)"
             if study.get("rates", {}).get("from") == "sweep" else " (every row at one rate)")
@@ -103,24 +153,12 @@ def rivals_answer(study: dict) -> str:
         ends = [_end_words(r["means"][i], r["cells"][i], r["lengths"][i]) for i in (0, 1)]
         said.append(f"Against the {name(bias)} in its block at the same compute{rate if k == 0 else ''}, "
                     f"the Euler CAT's kernel is {ends[0]} and {ends[1]}.")
-    kinds = {b: standing(r) for b, r in readings.items()}
-    level = [f"the {name(b)}" for b, k in kinds.items() if k == "level"]
-    beaten = [f"the {name(b)}" for b, k in kinds.items() if k == "behind"]
-    bs = budgets(study)
-    where = "at every budget" if len(bs) > 1 else f"at {bs[0]}×"
-    if readings and not level and not beaten:
-        said.append("So the kernel adds more than a learned bias: it is ahead of every one of "
-                    f"them, called, {where} and at both lengths.")
-    elif readings:
-        who = ([f"not separated from {listed(level)}"] if level else []) + \
-              ([f"beaten by {listed(beaten)}"] if beaten else [])
-        said.append(f"So its gain over ALiBi is a learned bias's gain: by the book's rule the "
-                    f"kernel is {' and '.join(who)}.")
-    deep = end_reading(study, EULER_DEEP, CONTROL_DEEP)
-    if deep is not None:
+    clause = _conclusion(study, readings)
+    if clause:
+        said.append(f"So {clause}.")
+    if (depth := _depth(study)) is not None:
+        verb, deep = depth
         ends = [_end_words(deep["means"][i], deep["cells"][i], deep["lengths"][i]) for i in (0, 1)]
-        verb = {"ahead": "survives at depth", "behind": "turns at depth",
-                "level": "is not resolved at depth"}[standing(deep)]
         said.append(f"The kernel's lead over ALiBi's bias {verb}: the {name(EULER_DEEP)} against "
                     f"the same blocks with ALiBi's bias is {ends[0]} and {ends[1]}.")
     return " ".join(said)

@@ -24,7 +24,7 @@ from .scale_readings import (CAT_ROWS, KERNEL_RIVALS, MOON_LEAD, NAMES, STUDY_DE
                              difference, kernel_leads, lead_at, lead_path, leads, lengths,
                              load_studies, lowest, matrix, moonshot, name, per_seed, point,
                              unit_flops, within_budget)
-from .scale_rivals import rival_verdicts, rivals_answer  # noqa: F401
+from .scale_rivals import rival_verdicts, rivals_answer, rivals_short  # noqa: F401
 from .scale_tables import (ce_table, crossing_caption, draw, frontier_figure,  # noqa: F401
                            lead_table, overfit_table, seeds_text)
 
