@@ -134,8 +134,8 @@ def rivals_short(study: dict) -> str:
             ] if clause else []
     said += [f"the kernel's lead over ALiBi's bias {depth[0]}"] if depth else []
     if not said:
-        return ("The scale study in `results/` holds no learned-bias rows: `make sweep`, then "
-                "`make scale`, trains them.")
+        return ("The scale study in results/ holds no learned-bias rows: make sweep, then "
+                "make scale, trains them.")
     text = "; ".join(said)
     return text[0].upper() + text[1:] + "."
 
