@@ -60,8 +60,15 @@ def test_a_bias_that_matches_or_beats_the_kernel_makes_its_gain_a_learned_bias_s
             "between -0.050 and 0.000 nats at 5000 (called at 4× only).") in text
     assert "ahead by 0.030 nats at 128 (called) and behind by 0.030 nats at 5000 (called)" in text
     assert text.endswith("So the kernel's gain over ALiBi is a learned bias's gain: by the book's "
-                         "rule it is not separated from the KERPLE-log bias and the FIRE bias and "
-                         "beaten by the bucket bias.")
+                         "rule it is not separated from the FIRE bias, beaten by the bucket bias "
+                         "and lower and higher by turns than the KERPLE-log bias.")
+    # lower wherever called, but not called at 5000: more than a learned bias, in part
+    fox = {b: ([c + 0.05 for c in v[0]], [c + 0.05 * (-1) ** k for k, c in enumerate(v[0])])
+           for b, v in BASE[EULER].items()}
+    partly = ss.rivals_answer(_study({**BASE, FOX: fox}))
+    assert partly.endswith("So the kernel adds more than a learned bias in part: it is lower than "
+                           "each of them wherever a difference is called, but not called "
+                           "everywhere against the FoX gate.")
     assert not prose_problems(text, LABELS)
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common.formatting import signed
+from ..common.formatting import md_table, signed
 from ..common.verdicts import called_words, listed, nats_range
-from ..experiment.scale import BIAS_KERNELS, CONTROL_DEEP, EULER, EULER_DEEP
-from .scale_readings import KERNEL_RIVALS, budgets, lengths, name, row_leads
+from ..experiment.scale import BIAS_KERNELS, CONTROL, CONTROL_DEEP, EULER, EULER_DEEP
+from .scale_readings import KERNEL_RIVALS, budgets, lengths, name, per_seed, row_leads
 from .scale_tables import seeds_text
 
 CALLED_WORD = {True: "called", False: "not called"}
@@ -77,16 +77,20 @@ def _end_words(means, cells, length: str) -> str:
 
 
 def standing(reading: dict) -> str:
-    """How a comparison reads over every budget and both lengths: "ahead" (the kernel lower,
-    called everywhere), "behind" (the rival lower where called, and called somewhere), or
-    "level" (no order called everywhere)."""
+    """How a comparison reads over every budget and both lengths, by the book's rule:
+    "ahead" (the kernel lower, called everywhere), "partly" (the kernel lower where a
+    difference is called, not everywhere called), "level" (nothing called), "behind" (the
+    rival lower where called) or "turns" (called both ways)."""
     means = reading["means"]
     called = np.array([[c for *_, c in end] for end in reading["cells"]])
-    if np.isfinite(means).all() and (means > 0).all() and called.all():
-        return "ahead"
-    if (called & (means < 0)).any() and not (called & (means > 0)).any():
+    up, down = bool((called & (means > 0)).any()), bool((called & (means < 0)).any())
+    if up and down:
+        return "turns"
+    if down:
         return "behind"
-    return "level"
+    if not up:
+        return "level"
+    return "ahead" if np.isfinite(means).all() and (means > 0).all() and called.all() else "partly"
 
 
 def _readings(study: dict) -> dict:
@@ -97,22 +101,28 @@ def _readings(study: dict) -> dict:
 
 def _conclusion(study: dict, readings: dict) -> str | None:
     """What the learned biases make of the kernel's gain, as a clause: "the kernel adds
-    more than a learned bias: ..." where it is ahead of every one, called, everywhere;
-    else "the kernel's gain over ALiBi is a learned bias's gain: ..." naming the biases it is not
-    separated from and those that beat it; None without learned biases."""
+    more than a learned bias: ..." where it is ahead of every one, called, everywhere; "...
+    in part" where it is lower than each where called but not called everywhere; else "the
+    kernel's gain over ALiBi is a learned bias's gain: ..." naming the biases it is not
+    separated from, those that beat it and those it meets by turns; None without learned
+    biases."""
     if not readings:
         return None
     kinds = {b: standing(r) for b, r in readings.items()}
-    level = [f"the {name(b)}" for b, k in kinds.items() if k == "level"]
-    beaten = [f"the {name(b)}" for b, k in kinds.items() if k == "behind"]
+    named = lambda kind: listed([f"the {name(b)}" for b, k in kinds.items() if k == kind])  # noqa: E731
     bs = budgets(study)
     where = "at every budget" if len(bs) > 1 else f"at {bs[0]}×"
-    if not level and not beaten:
+    if set(kinds.values()) == {"ahead"}:
         return ("the kernel adds more than a learned bias: it is ahead of every one of them, "
                 f"called, {where} and at both lengths")
-    who = ([f"not separated from {listed(level)}"] if level else []) + \
-          ([f"beaten by {listed(beaten)}"] if beaten else [])
-    return f"the kernel's gain over ALiBi is a learned bias's gain: by the book's rule it is {' and '.join(who)}"
+    if set(kinds.values()) <= {"ahead", "partly"}:
+        return ("the kernel adds more than a learned bias in part: it is lower than each of "
+                f"them wherever a difference is called, but not called everywhere against {named('partly')}")
+    who = [f"{words} {named(kind)}" for kind, words in (("level", "not separated from"),
+                                                        ("behind", "beaten by"),
+                                                        ("turns", "lower and higher by turns than"))
+           if kind in kinds.values()]
+    return f"the kernel's gain over ALiBi is a learned bias's gain: by the book's rule it is {listed(who)}"
 
 
 def _depth(study: dict) -> tuple[str, dict] | None:
@@ -121,14 +131,15 @@ def _depth(study: dict) -> tuple[str, dict] | None:
     deep = end_reading(study, EULER_DEEP, CONTROL_DEEP)
     if deep is None:
         return None
-    return {"ahead": "survives at depth", "behind": "turns at depth",
+    return {"ahead": "survives at depth", "partly": "survives at depth in part",
+            "behind": "is reversed at depth", "turns": "changes sign at depth",
             "level": "is not resolved at depth"}[standing(deep)], deep
 
 
 def rivals_short(study: dict) -> str:
     """The answer in one sentence for the book's findings: what the learned biases make of
-    the kernel's gain (:func:`_conclusion`) and whether its lead survives at depth; "" where
-    the study has neither, the command that trains them."""
+    the kernel's gain (:func:`_conclusion`) and whether its lead survives at depth; where
+    the study has neither, the command that trains them (plain text: the intro pastes it)."""
     clause, depth = _conclusion(study, _readings(study)), _depth(study)
     said = [f"against the field's learned biases in the Euler CAT's block at equal compute, {clause}"
             ] if clause else []
@@ -182,10 +193,6 @@ def rival_table(study: dict, budget: int) -> str:
     its block: the row's learning rate, its CE at the shortest and the longest length (mean
     ± standard deviation over its seeds) and, for the others, their CE minus the Euler CAT's
     on the seeds both share (> 0: the kernel is lower); "" where the study has no such row."""
-    from ..common.formatting import md_table
-    from ..experiment.scale import CONTROL
-    from .scale_readings import per_seed
-
     ls = lengths(study)
     ends = (ls[0], ls[-1])
     rows = [r for r in (EULER, CONTROL, *BIAS_KERNELS) if r in study["rows"]]

@@ -100,7 +100,7 @@ def frontier_figure(study: dict, title: str = ""):
 
 def draw(study: dict, axes, lengths_shown=None) -> bool:
     """The frontier: each row's mean CE against its training FLOPs (log scale), one axis
-    per length; baselines dashed, CAT rows solid; a band of ± one standard deviation over
+    per length; baselines dashed, CAT rows solid, the other rows of the CAT's block dotted; a band of ± one standard deviation over
     seeds where there are several; a dotted line where the KERPLE-prior CAT crosses the
     best baseline, only where the crossing is called on both sides (:func:`crossing`; an
     unresolved order is not drawn, as it is not stated). A row far above the others at a
@@ -119,9 +119,14 @@ def draw(study: dict, axes, lengths_shown=None) -> bool:
             ys = [np.array(p["ce"][L], dtype=float) for p in pts]
             m = np.array([y.mean() for y in ys])
             sd = np.array([y.std(ddof=1) if len(y) > 1 else 0.0 for y in ys])
-            style = "--" if row in BASELINE_ROWS else "-"
-            ax.plot(x, m, style, marker="o", ms=3, color=f"C{k}", label=name(row))
-            ax.fill_between(x, m - sd, m + sd, color=f"C{k}", alpha=0.15, lw=0)
+            # baselines dashed, rows with the CAT's kernel solid, the other rows in the CAT's
+            # block (controls, learned biases) dotted; each group its own marker, so that
+            # rows beyond the ten colours stay apart
+            group = 0 if row in BASELINE_ROWS else 1 if row in CAT_ROWS else 2
+            color = f"C{k % 10}"
+            ax.plot(x, m, ("--", "-", ":")[group], marker="so^"[group], ms=3, color=color,
+                    label=name(row))
+            ax.fill_between(x, m - sd, m + sd, color=color, alpha=0.15, lw=0)
             tops[row], lows = float((m + sd).max()), [*lows, float((m - sd).min())]
         cross = crossing(study, KERPLE, L) if KERPLE in study["rows"] else None
         if cross:
