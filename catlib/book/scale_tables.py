@@ -19,6 +19,7 @@ OFF_SCALE = 0.5
 # there, above a footnote's 12 px (FOOTNOTE_PX).
 COLUMN_PX, FOOTNOTE_PX = 760, 12
 FIGSIZE, FONT_PT = (8.0, 4.4), 10
+LEGEND_ROW_IN = 0.24      # inches a legend row takes at FONT_PT
 
 
 def seeds_text(seeds) -> str:
@@ -88,13 +89,16 @@ def frontier_figure(study: dict, title: str = ""):
     import matplotlib.pyplot as plt
 
     with plt.rc_context({"font.size": FONT_PT}):
-        fig, axes = plt.subplots(1, 2, figsize=FIGSIZE)
+        rows = -(-len(study["rows"]) // 4)          # legend rows, four entries a row
+        height = FIGSIZE[1] + LEGEND_ROW_IN * max(0, rows - 2)   # the panels keep their height
+        fig, axes = plt.subplots(1, 2, figsize=(FIGSIZE[0], height))
         crossed = draw(study, axes)
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=FONT_PT, frameon=False)
         if title:
             fig.suptitle(title, fontsize=FONT_PT + 1)
-        fig.tight_layout(rect=(0, 0.02 + 0.065 * -(-len(labels) // 4), 1, 1))   # room per legend row
+        # room below the axes for their labels and every legend row
+        fig.tight_layout(rect=(0, (0.1 + LEGEND_ROW_IN * rows) / height, 1, 1))
     return fig, crossed
 
 
@@ -137,9 +141,11 @@ def draw(study: dict, axes, lengths_shown=None) -> bool:
         off = [r for r, t in tops.items() if t > cap]
         if off:
             ax.set_ylim(min(lows) - 0.02, max(t for t in tops.values() if t <= cap) + 0.05)
-            ax.text(0.02, 0.97, "above the axis: " + ", ".join(
+            # one row a line, inside the panel (a long line would push the panels apart)
+            ax.text(0.02, 0.97, "above the axis:\n" + "\n".join(
                         f"{name(r)} (up to {tops[r]:.2f})" for r in off),
                     transform=ax.transAxes, fontsize=FONT_PT, va="top")
+            ax.set_ylim(top=ax.get_ylim()[1] + 0.03 * (len(off) + 1))
         ax.set(xscale="log", xlabel="training FLOPs (budget)", ylabel=f"CE at {L} (nats)",
                title=f"length {L}")
         ax.set_xticks([b * unit_flops(study) for b in budgets(study)],
