@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.formatting import md_table, signed
+from ..common.provenance import commit_of
 from ..common.verdicts import called_words, listed, nats_range
 from ..experiment.scale import BIAS_KERNELS, CONTROL, CONTROL_DEEP, EULER, EULER_DEEP
 from .scale_readings import KERNEL_RIVALS, budgets, lengths, name, per_seed, row_leads
@@ -74,6 +75,11 @@ def _end_words(means, cells, length: str) -> str:
     if (finite < 0).all():
         return f"behind by {nats_range(-finite)} nats at {length} ({said})"
     return f"between {_cell(finite.min())} and {_cell(finite.max())} nats at {length} ({said})"
+
+
+def _both_ends(reading: dict) -> list[str]:
+    """:func:`_end_words` of a reading (:func:`end_reading`) at its shortest and longest length."""
+    return [_end_words(reading["means"][i], reading["cells"][i], reading["lengths"][i]) for i in (0, 1)]
 
 
 def standing(reading: dict) -> str:
@@ -161,7 +167,7 @@ def rivals_answer(study: dict) -> str:
     rate = (" (each row at the rate the sweep chose for it)"
             if study.get("rates", {}).get("from") == "sweep" else " (every row at one rate)")
     for k, (bias, r) in enumerate(readings.items()):
-        ends = [_end_words(r["means"][i], r["cells"][i], r["lengths"][i]) for i in (0, 1)]
+        ends = _both_ends(r)
         said.append(f"Against the {name(bias)} in its block at the same compute{rate if k == 0 else ''}, "
                     f"the Euler CAT's kernel is {ends[0]} and {ends[1]}.")
     clause = _conclusion(study, readings)
@@ -169,7 +175,7 @@ def rivals_answer(study: dict) -> str:
         said.append(f"So {clause}.")
     if (depth := _depth(study)) is not None:
         verb, deep = depth
-        ends = [_end_words(deep["means"][i], deep["cells"][i], deep["lengths"][i]) for i in (0, 1)]
+        ends = _both_ends(deep)
         said.append(f"The kernel's lead over ALiBi's bias {verb}: the {name(EULER_DEEP)} against "
                     f"the same blocks with ALiBi's bias is {ends[0]} and {ends[1]}.")
     return " ".join(said)
@@ -225,7 +231,6 @@ def at_one_budget_text(studies: dict, budget: int = 1) -> str:
         return ("The scale study in `results/` has no learned-bias rows at this budget yet: "
                 "`make sweep`, then `make scale`, trains them.")
     prov = study.get("provenance", {})
-    commit = str((prov.get("git") or {}).get("commit") or prov.get("commit") or "unknown")[:12]
     view = at_budget(study, budget)
-    return (f"Read from `results/scale_{device}.json` (commit {commit}, {prov.get('date', 'date unknown')}), "
+    return (f"Read from `results/scale_{device}.json` (commit {commit_of(prov)}, {prov.get('date', 'date unknown')}), "
             f"the study's own runs at {budget}×, not this build's:\n\n{table}\n\n{rivals_answer(view)}")

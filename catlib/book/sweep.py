@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..common.formatting import md_table
-from ..common.provenance import code_fingerprint, environment
+from ..common.provenance import code_fingerprint, commit_of, environment
 from ..experiment.sweep import run_sweep
 from ..runs import atomic_write_text
 from .profiles import experiment as profile_experiment
@@ -39,7 +39,7 @@ def writer(path: Path, provenance: dict):
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
         prov = table["provenance"]
-        commit = str((prov.get("git") or {}).get("commit") or prov.get("commit") or "unknown")[:12]
+        commit = commit_of(prov)
         atomic_write_text(path.with_suffix(".md"),
                           f"_Written by `{prov.get('written_by', 'python -m catlib.book.sweep')}`, "
                           f"commit {commit}, {prov['date']}"

@@ -72,6 +72,13 @@ def git_state(root: Path = REPO_ROOT, ignore: tuple[str, ...] = ()) -> dict:
     return {"commit": commit, "dirty": None if status is None else bool(status), "source": "git"}
 
 
+def commit_of(provenance: dict) -> str:
+    """The commit an artefact's ``provenance`` records, as its first 12 hex digits: its git
+    state's (:func:`environment`), else a ``"commit"`` of its own, else "unknown"."""
+    return str((provenance.get("git") or {}).get("commit") or provenance.get("commit")
+               or "unknown")[:12]
+
+
 def environment(packages, device=None, root: Path = REPO_ROOT) -> dict:
     """Where a result is computed: Python, platform, usable CPUs, the versions of
     ``packages`` (None where absent) and the git state (:func:`git_state`) of ``root``, by
