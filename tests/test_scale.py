@@ -88,6 +88,18 @@ def test_runs_beside_others_equal_runs_alone(data, tmp_path):
     assert all(0 < se < 0.1 for se in point["se"]["16"])
 
 
+def test_a_study_says_which_rows_it_trained_and_how_many_runs_it_reused(data, tmp_path):
+    """A row added to a finished study trains its runs alone; the artefact names the rows
+    trained in this invocation and counts the runs found finished."""
+    first = scale.run_study(_small(), root=tmp_path, device="cpu", plan={1: (0,)},
+                            rows=[scale.ALIBI], jobs=1, echo=None)
+    assert first["trained"] == [scale.ALIBI] and first["reused_runs"] == 0
+    again = scale.run_study(_small(), root=tmp_path, device="cpu", plan={1: (0,)},
+                            rows=[scale.ALIBI, scale.EULER], jobs=1, echo=None)
+    assert again["trained"] == [scale.EULER] and again["reused_runs"] == 1
+    assert again["rows"][scale.ALIBI] == first["rows"][scale.ALIBI]    # read, not retrained
+
+
 def test_a_cut_study_resumes_to_the_same_losses(data, tmp_path):
     """A run killed mid-way (here interrupted after 3 of its steps) resumes from its
     checkpoint when the study is started again, and ends with the losses of a run never

@@ -80,3 +80,39 @@ def test_a_plan_without_seed_0_at_1x_trains_only_its_runs(tiny_path, monkeypatch
     assert "schedule_check" not in out and out["recipe"]["points"] == "branched"
     assert len(list(tmp_path.iterdir())) == 1                        # the one run of the plan
     assert out["rows"][scale.KERPLE]["points"][0]["seeds"] == [1]
+
+
+def test_a_resumed_study_keeps_the_time_of_the_invocations_whose_runs_it_reused(
+        monkeypatch, tmp_path):
+    """A study resumed in a later session (rows added, the stored runs reused) records
+    every earlier invocation's time and rows beside its own, so that the artefact says
+    what the whole study cost; a study that reused nothing carries none."""
+    import json
+
+    from catlib.book.scale import earlier_invocations
+
+    monkeypatch.chdir(tmp_path)
+    path = Path("results/scale_smoke_cpu.json")
+    assert earlier_invocations(path, "smoke") == []                  # no artefact yet
+    path.parent.mkdir()
+    first = {"wall_seconds": 6000.0, "rows": {"a": {}, "b": {}},     # before "trained" existed
+             "provenance": {"profile": "smoke", "date": "d1", "git": {"commit": "c" * 40}}}
+    path.write_text(json.dumps(first))
+    assert earlier_invocations(path, "cpu") == []                    # another profile's
+    assert earlier_invocations(path, "smoke") == [
+        {"wall_seconds": 6000.0, "trained": ["a", "b"], "date": "d1", "commit": "c" * 12}]
+
+    written = {}
+    monkeypatch.setattr("catlib.book.scale.atomic_write_text",
+                        lambda p, text: written.update(table=json.loads(text)))
+    for reused, carried in ((33, 1), (0, 0)):
+        monkeypatch.setattr("catlib.book.scale.run_study", lambda *a, reused=reused, **k: {
+            "wall_seconds": 1500.0, "trained": ["c"], "reused_runs": reused, "rows": {}})
+        assert main(["--profile", "smoke", "--root", "runs", "--recipe_rate"]) == 0
+        assert len(written["table"]["earlier"]) == carried
+    # the second session's artefact, resumed once more, carries both before its own
+    second = {**first, "wall_seconds": 1500.0, "trained": ["c"],
+              "earlier": earlier_invocations(path, "smoke")}
+    path.write_text(json.dumps(second))
+    assert [e["wall_seconds"] for e in earlier_invocations(path, "smoke")] == [6000.0, 1500.0]
+    assert earlier_invocations(path, "smoke")[1]["trained"] == ["c"]

@@ -96,18 +96,6 @@ def test_the_moonshot_is_against_the_best_row_without_the_kernel_learned_biases_
     assert ss.moonshot(only_baselines, EULER)["met"]
 
 
-def test_a_row_left_out_is_said_with_its_reason():
-    from catlib.experiment.scale import DROPPED, KERPLE, KERPLE_ODE, dropped_for, rows_for
-
-    assert set(dropped_for("cpu")) == {KERPLE, KERPLE_ODE} and dropped_for("cuda") == {}
-    assert KERPLE not in rows_for("cpu") and KERPLE in rows_for("cuda")
-    study = dict(_study(BASE), dropped=DROPPED["cpu"])
-    text = ss.missing(study)
-    assert ("Left out of this study: the KERPLE-prior CAT and the ODE-consistent CAT (dropped "
-            "from the CPU study") in text
-    assert "KERPLE-prior CAT" not in text.split("Left out")[0]
-
-
 def test_chapter_10_reads_the_learned_biases_at_its_own_budget_from_the_study():
     from catlib.book.scale_rivals import at_one_budget_text
     from catlib.experiment.scale import CONTROL

@@ -198,6 +198,6 @@ def test_the_study_without_the_sweeps_rates_stops_naming_make_sweep(tmp_path, ca
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
     assert [p.name for p in (tmp_path / "results").iterdir()] == ([path.name] if artefact else [])
     # --recipe_rate: the recipe's single rate, no artefact read
-    monkeypatch.setattr("catlib.book.scale.run_study", lambda *a, **k: {"wall_seconds": 0.0})
+    monkeypatch.setattr("catlib.book.scale.run_study", lambda *a, **k: {"wall_seconds": 0.0, "reused_runs": 0})
     monkeypatch.setattr("catlib.book.scale.atomic_write_text", lambda p, t: None)
     assert scale_main(["--profile", "smoke", "--root", "runs", "--recipe_rate"]) == 0

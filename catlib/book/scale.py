@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..runs import atomic_write_text
 from ..common.devices import check_jobs, resolve_device
-from ..common.provenance import code_fingerprint, environment
-from ..experiment.scale import dropped_for, plan_for, rows_for, run_study
+from ..common.provenance import code_fingerprint, commit_of, environment
+from ..experiment.scale import SCALE_ROWS, plan_for, run_study
 from ..experiment.sweep import SweepError, chosen_rates
 from .profiles import experiment as profile_experiment
 
@@ -81,7 +81,7 @@ def check_args(args) -> tuple:
     rates, source = None, {"from": "recipe"}
     if not args.recipe_rate:
         sweep = Path(args.sweep or out / artefact_name("lr_sweep", args.profile, device.type))
-        rates, source = sweep_rates(sweep, args.profile, rows_for(device))
+        rates, source = sweep_rates(sweep, args.profile, list(SCALE_ROWS))
     return (device, plan, profile_experiment(args.profile),
             out / artefact_name("scale", args.profile, device.type), rates, source)
 
@@ -110,6 +110,22 @@ def sweep_rates(path: Path, profile: str, rows) -> tuple[dict, dict]:
     source = {"from": "sweep", "artefact": str(path), "dev": sweep.get("dev"),
               "grid": sweep.get("grid"), "commit": (sweep["provenance"].get("git") or {}).get("commit")}
     return rates, source
+
+
+def earlier_invocations(path: Path, profile: str) -> list[dict]:
+    """What the artefact at ``path`` says of the invocations that wrote it, for the next one
+    to carry when it reuses their runs (a study resumed across sessions keeps the time it
+    cost): ``[{"wall_seconds", "trained", "date", "commit"}]``, its own ``earlier`` first;
+    [] where there is none, it cannot be read, or it was made for another profile."""
+    try:
+        old = json.loads(path.read_text())
+        if old["provenance"]["profile"] != profile:
+            return []
+        this = {"wall_seconds": float(old["wall_seconds"]), "trained": list(old.get("trained", old["rows"])),
+                "date": old["provenance"].get("date"), "commit": commit_of(old["provenance"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return list(old.get("earlier", [])) + [this]
 
 
 def check_writable(flag: str, folder: Path) -> None:
@@ -155,11 +171,10 @@ def main(argv=None) -> int:
     print(f"scale study: profile {args.profile}, device {device}, budgets "
           f"{', '.join(f'{b}x (seeds {list(s)})' for b, s in sorted(plan.items()))}; runs in {root}; "
           f"{'rates from ' + source['artefact'] if rates else 'the recipe rate'}", flush=True)
-    for row, why in dropped_for(device).items():
-        print(f"leaves out {row}: {why}", flush=True)
+    before = earlier_invocations(path, args.profile)
     table = run_study(experiment, root=root, device=device, plan=plan, jobs=args.jobs,
-                      echo=lambda line: print(line, flush=True), rates=rates, rate_source=source,
-                      rows=rows_for(device), dropped=dropped_for(device))
+                      echo=lambda line: print(line, flush=True), rates=rates, rate_source=source)
+    table["earlier"] = before if table["reused_runs"] else []
     table["provenance"] = {**environment(("torch", "numpy"), device), "profile": args.profile,
                            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
                            "written_by": "python -m catlib.book.scale " + " ".join(argv or sys.argv[1:]),

@@ -338,10 +338,8 @@ def method_text(study: dict) -> str:
 
 def missing(study: dict) -> str:
     """What the plan asked for and the artefact lacks, in a sentence or two ("" if nothing):
-    the rows absent, the rows measured on fewer seeds than the plan's, and the rows the
-    study left out on purpose, with the reason it records (``"dropped"``)."""
-    dropped = study.get("dropped") or {}
-    absent = [name(r) for r in SCALE_ROWS if r not in study["rows"] and r not in dropped]
+    the rows absent and the rows measured on fewer seeds than the plan's."""
+    absent = [name(r) for r in SCALE_ROWS if r not in study["rows"]]
     plan = {int(b): set(s) for b, s in study["plan"].items()}
     short: dict[str, list] = {}
     for r in study["rows"]:
@@ -353,10 +351,6 @@ def missing(study: dict) -> str:
     out = [f"Not in this artefact: {listed(absent)} (a study cut short, or rows "
            "added after it was trained)."] if absent else []
     out += [f"On {seeds} only: the {', the '.join(rows)}." for seeds, rows in short.items()]
-    why: dict[str, list] = {}
-    for r, reason in dropped.items():
-        why.setdefault(reason, []).append(f"the {name(r)}")
-    out += [f"Left out of this study: {listed(rows)} ({reason})." for reason, rows in why.items()]
     return " ".join(out)
 
 

@@ -87,37 +87,14 @@ BASELINE_ROWS = (ALIBI, ALIBI_DEEP, ROPE)
 # Budgets (multiples of the KERPLE-prior CAT's training FLOPs at the experiment's steps)
 # and the seeds trained to each, per device type: every seed at every budget (a verdict is
 # taken on one common seed set); on the CPU to 4x (three seeds at 8x would not fit the
-# study's 100 minutes on two cores), on a GPU to 16x.
+# study's 150 minutes on two cores), on a GPU to 16x.
 PLANS = {"cpu": {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2)},
          "cuda": {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2), 8: (0, 1, 2), 16: (0, 1, 2)}}
-
-
-# Rows a device's study leaves out, each with its reason (the artefact records it). On the
-# CPU the two RK4 CATs go: four block evaluations a step make them the costliest rows (in
-# the c0c0fb9 study 741 of 2398 seconds a seed at 4x), and with the learned biases the
-# thirteen rows would take about 148 minutes on two cores, beyond the study's 150 with
-# nothing to spare. The question the new rows ask is about the Euler CAT's kernel in its
-# own block; chapter 10 keeps both RK4 CATs at 1x, and the GPU's plan keeps them.
-DROPPED = {"cpu": {r: "dropped from the CPU study: four block evaluations a step make it one "
-                      "of the two costliest rows, and the study had to fit 150 minutes on two "
-                      "cores (chapter 10 has it at 1×)" for r in (KERPLE, KERPLE_ODE)}}
 
 
 def plan_for(device) -> dict[int, tuple]:
     """``{budget: seeds}`` of a device (``PLANS``; MPS and others take the CPU's)."""
     return PLANS.get(torch.device(device).type, PLANS["cpu"])
-
-
-def dropped_for(device) -> dict[str, str]:
-    """``{row: why}``: the rows a device's study leaves out (:data:`DROPPED`; MPS and others
-    take the CPU's)."""
-    kind = torch.device(device).type
-    return dict(DROPPED.get(kind, {} if kind in PLANS else DROPPED["cpu"]))
-
-
-def rows_for(device) -> list[str]:
-    """The rows a device's study trains: :data:`SCALE_ROWS` less :func:`dropped_for`."""
-    return [r for r in SCALE_ROWS if r not in dropped_for(device)]
 
 
 def seed_budgets(plan: dict) -> dict[int, list]:
@@ -259,10 +236,11 @@ def recipe_of(specs: dict) -> dict:
 
 def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | None = None,
               echo=print, progress_every: float = 30.0, rates: dict | None = None,
-              rate_source: dict | None = None, dropped: dict | None = None) -> dict:
+              rate_source: dict | None = None) -> dict:
     """Train (or resume, or reuse) every run of the study and return its artefact:
-    ``{"plan", "rows": scale_table(...), "recipe", "rates", "dropped", "wall_seconds"}``
-    (``dropped``: ``{row: why}`` of the rows left out, recorded as given), each row at
+    ``{"plan", "rows": scale_table(...), "recipe", "rates", "trained", "reused_runs",
+    "wall_seconds"}`` (``trained``: the rows with a run trained here, not found finished;
+    ``reused_runs``: how many were found finished), each row at
     its rate ``rates[label]`` (default: the recipe's single rate), recorded as the row's
     ``rate`` (``recipe["lr"]``: the recipe's own rate); ``"rates"``: where the rates come
     from (``rate_source``, e.g. the sweep's artefact and its dev slice; default
@@ -271,7 +249,7 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
 
     start = time.perf_counter()
     specs, owners, steps = job_specs(experiment, plan, root, rows, rates)
-    run_jobs(specs, owners, _train_job, worker_devices(device, jobs), echo, progress_every)
+    done = run_jobs(specs, owners, _train_job, worker_devices(device, jobs), echo, progress_every)
     runs = open_runs(specs, experiment, device)
     corpus = load_corpus(split="90/10")
     lengths, caps = scoring(experiment)
@@ -279,7 +257,9 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
            "rows": scale_table(runs, steps, plan, corpus, lengths, caps, device,
                                span_length(experiment)),
            "recipe": {**recipe_of(specs), "lr": experiment.train.lr, "rate_per_row": bool(rates)},
-           "rates": rate_source or {"from": "recipe"}, "dropped": dict(dropped or {})}
+           "rates": rate_source or {"from": "recipe"},
+           "trained": [r for r in SCALE_ROWS if any(not done[k]["reused"] for k in specs if k[0] == r)],
+           "reused_runs": sum(bool(d["reused"]) for d in done.values())}
     for (label, _), spec in specs.items():
         out["rows"][label]["rate"] = spec["train"]["lr"]
     out["wall_seconds"] = time.perf_counter() - start
