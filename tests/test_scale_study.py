@@ -401,3 +401,25 @@ def test_the_kernel_against_each_rival_bias_is_said_at_both_ends_and_an_absent_r
     assert lines[-1].startswith("Not in this artefact: the rows with deep kernel control, "
                                 "bucket bias, KERPLE-log bias and FoX gate")
     assert not any(prose_problems(line, LABELS) for line in lines)
+
+
+def test_the_legend_of_every_row_sits_below_the_axes_as_the_page_shows_it():
+    """With the thirteen rows the legend takes four rows: laid out again by the page
+    (:func:`catlib.book.page.show`), the figure keeps it below every axis's labels (it
+    had been drawn over the budgets' axis label)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from catlib.book.page import show
+    # the rows in the artefact's order (its keys sorted), as the page reads them
+    study = _study({r: {1: [2.0, 2.1], 4: [1.6, 1.7]} for r in sorted(SCALE_ROWS)})
+    fig, _ = ss.frontier_figure(study, "title")
+    show(fig)
+    renderer = fig.canvas.get_renderer()
+    legend_top = fig.legends[0].get_window_extent(renderer).y1
+    lowest_label = min(ax.get_tightbbox(renderer).y0 for ax in fig.axes)
+    assert len(fig.legends[0].get_texts()) == len(SCALE_ROWS)
+    assert legend_top <= lowest_label, (legend_top, lowest_label)
+    # no two rows drawn alike: each (line style, marker, colour) is one row's
+    for ax in fig.axes:
+        drawn = [(ln.get_linestyle(), ln.get_marker(), ln.get_color()) for ln in ax.get_lines()]
+        assert len(set(drawn)) == len(drawn) == len(SCALE_ROWS)

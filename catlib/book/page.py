@@ -92,10 +92,12 @@ def setup(device: str = "auto") -> Page:
 
 
 def show(fig, name: str = "", figure_dir: str = "", root: Path | None = None) -> None:
-    """Lay out ``fig``, save it as ``root/figure_dir/name`` when both are given (a figure
-    that another page shows, :func:`catlib.book.save_figure`), and display it."""
+    """Lay out ``fig`` (unless it holds a legend of its own, laid out by its maker), save
+    it as ``root/figure_dir/name`` when both are given (a figure that another page shows,
+    :func:`catlib.book.save_figure`), and display it."""
     import matplotlib.pyplot as plt
-    fig.tight_layout()
+    if not fig.legends:     # a legend of the figure's own has been laid out with the axes
+        fig.tight_layout()  # (tight_layout knows nothing of it and would draw over it)
     if name and figure_dir:
         save_figure(fig, name, figure_dir, root)
     plt.show()

@@ -113,9 +113,11 @@ def draw(study: dict, axes, lengths_shown=None) -> bool:
     then)."""
     ls = lengths_shown or [lengths(study)[0], lengths(study)[-1]]
     drawn = False
+    styles = line_styles(study["rows"])
     for ax, L in zip(axes, ls):
         tops, lows = {}, []
-        for k, (row, table) in enumerate(study["rows"].items()):
+        for row in styles:
+            table = study["rows"][row]
             pts = [p for p in sorted(table["points"], key=lambda p: p["train_flops"]) if L in p["ce"]]
             if not pts:
                 continue
@@ -123,13 +125,8 @@ def draw(study: dict, axes, lengths_shown=None) -> bool:
             ys = [np.array(p["ce"][L], dtype=float) for p in pts]
             m = np.array([y.mean() for y in ys])
             sd = np.array([y.std(ddof=1) if len(y) > 1 else 0.0 for y in ys])
-            # baselines dashed, rows with the CAT's kernel solid, the other rows in the CAT's
-            # block (controls, learned biases) dotted; each group its own marker, so that
-            # rows beyond the ten colours stay apart
-            group = 0 if row in BASELINE_ROWS else 1 if row in CAT_ROWS else 2
-            color = f"C{k % 10}"
-            ax.plot(x, m, ("--", "-", ":")[group], marker="so^"[group], ms=3, color=color,
-                    label=name(row))
+            line, marker, color = styles[row]
+            ax.plot(x, m, line, marker=marker, ms=3, color=color, label=name(row))
             ax.fill_between(x, m - sd, m + sd, color=color, alpha=0.15, lw=0)
             tops[row], lows = float((m + sd).max()), [*lows, float((m - sd).min())]
         cross = crossing(study, KERPLE, L) if KERPLE in study["rows"] else None
@@ -153,6 +150,22 @@ def draw(study: dict, axes, lengths_shown=None) -> bool:
         ax.minorticks_off()
         ax.tick_params(labelsize=FONT_PT)
     return drawn
+
+
+def line_styles(rows) -> dict[str, tuple[str, str, str]]:
+    """``{row: (line style, marker, colour)}`` in the order the legend lists them: the
+    baselines dashed with squares, the rows with the CAT's kernel solid with dots, the other
+    rows of the CAT's block (controls, learned biases, FoX) dotted with triangles. Colours
+    run on from group to group, so that no two rows of one group share one (the cycle has
+    ten; thirteen rows had put two baselines in one green)."""
+    order = list(SCALE_ROWS)
+    groups = ([r for r in rows if r in BASELINE_ROWS], [r for r in rows if r in CAT_ROWS],
+              [r for r in rows if r not in BASELINE_ROWS and r not in CAT_ROWS])
+    out, k = {}, 0
+    for (line, marker), group in zip((("--", "s"), ("-", "o"), (":", "^")), groups):
+        for r in sorted(group, key=lambda r: order.index(r) if r in order else len(order)):
+            out[r], k = (line, marker, f"C{k % 10}"), k + 1
+    return out
 
 
 def crossing_caption(crossed: bool) -> str:
