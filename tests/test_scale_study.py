@@ -423,3 +423,17 @@ def test_the_legend_of_every_row_sits_below_the_axes_as_the_page_shows_it():
     for ax in fig.axes:
         drawn = [(ln.get_linestyle(), ln.get_marker(), ln.get_color()) for ln in ax.get_lines()]
         assert len(set(drawn)) == len(drawn) == len(SCALE_ROWS)
+
+
+def test_the_chapter_says_what_the_study_cost_over_its_sessions():
+    """A study resumed in a later session (rows added beside the stored runs) is said with
+    its whole time and each session's share, from what the artefact keeps."""
+    study = _study({r: {1: [2.0, 2.1], 4: [1.6, 1.7]} for r in (ALIBI, EULER_DEEP)})
+    assert ss.cost_text(study) == ""                                  # no time recorded
+    one = dict(study, wall_seconds=600.0, provenance={"cpus": 2, "device": {"type": "cpu"}})
+    assert ss.cost_text(one) == "The study took 10 minutes on 2 CPU cores. "
+    two = dict(one, trained=[EULER_DEEP],
+               earlier=[{"wall_seconds": 6780.0, "trained": [ALIBI, EULER_DEEP, ROPE]}])
+    assert ss.cost_text(two) == ("The study took 123 minutes on 2 CPU cores, in 2 sessions "
+                                 "(113 for 3 rows, then 10 for 1 row). ")
+    assert ss.cost_text(two) in ss.chapter_texts({"cpu": two}, "cpu")["where"]
