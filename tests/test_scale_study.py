@@ -431,9 +431,9 @@ def test_the_chapter_says_what_the_study_cost_over_its_sessions():
     study = _study({r: {1: [2.0, 2.1], 4: [1.6, 1.7]} for r in (ALIBI, EULER_DEEP)})
     assert ss.cost_text(study) == ""                                  # no time recorded
     one = dict(study, wall_seconds=600.0, provenance={"cpus": 2, "device": {"type": "cpu"}})
-    assert ss.cost_text(one) == "The study took 10 minutes on 2 CPU cores. "
+    assert ss.cost_text(one) == ", made in 10 minutes on 2 CPU cores"
     two = dict(one, trained=[EULER_DEEP],
                earlier=[{"wall_seconds": 6780.0, "trained": [ALIBI, EULER_DEEP, ROPE]}])
-    assert ss.cost_text(two) == ("The study took 123 minutes on 2 CPU cores, in 2 sessions "
-                                 "(113 for 3 rows, then 10 for 1 row). ")
+    assert ss.cost_text(two) == (", made in 123 minutes on 2 CPU cores, in 2 sessions "
+                                 "(113 for 3 rows, then 10 for 1 row)")
     assert ss.cost_text(two) in ss.chapter_texts({"cpu": two}, "cpu")["where"]

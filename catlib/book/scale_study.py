@@ -337,9 +337,10 @@ def method_text(study: dict) -> str:
 
 
 def cost_text(study: dict) -> str:
-    """What training and scoring the study cost, in wall minutes, from its artefact: "The
-    study took 137 minutes on 2 CPU cores, in 2 sessions (113 for 11 rows, then 23 for 2 rows)."
-    ("" where the artefact records no time); a session's rows are the rows it trained."""
+    """What training and scoring the study cost, in wall minutes, from its artefact, as a
+    clause: ", made in 137 minutes on 2 CPU cores, in 2 sessions (113 for 11 rows, then 23
+    for 2 rows)" ("" where the artefact records no time); a session's rows are the rows it
+    trained."""
     if "wall_seconds" not in study:
         return ""
     sessions = [*study.get("earlier", []), study]
@@ -347,12 +348,12 @@ def cost_text(study: dict) -> str:
     prov = study.get("provenance", {})
     on = (f" on {prov['cpus']} CPU cores" if (prov.get("device") or {}).get("type") == "cpu"
           and prov.get("cpus") else "")
-    text = f"The study took {sum(minutes):.0f} minutes{on}"
+    text = f", made in {sum(minutes):.0f} minutes{on}"
     if len(sessions) > 1:
         rows = [len(s.get("trained", study["rows"])) for s in sessions]
         parts = [f"{m:.0f} for {n} row{'s' * (n != 1)}" for m, n in zip(minutes, rows)]
         text += f", in {len(sessions)} sessions ({', then '.join(parts)})"
-    return text + ". "
+    return text
 
 
 def missing(study: dict) -> str:
@@ -421,9 +422,9 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
     commit = prov.get("commit") or (prov.get("git") or {}).get("commit") or "unknown"
     others = [d for d in studies if d != main]
     where = (f"Read from `results/scale_{main}.json` (commit {str(commit)[:12]}, "
-             f"{prov.get('date') or study.get('date') or 'date unknown'})"
+             f"{prov.get('date') or study.get('date') or 'date unknown'}){cost_text(study)}"
              + (f"; the {', '.join(others)} study is drawn below" if others else "") + ". "
-             + cost_text(study) + missing(study))
+             + missing(study))
     kernel = kernel_verdicts(study)
     return {"answer": answer(study), "where": where.strip(), "method": method_text(study),
             "rule": rule_text(rebuild, any("window_ce" in p for t in study["rows"].values()
