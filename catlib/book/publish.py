@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..common.provenance import commit_of
 from .run_report import Record, _now
 
 README_MARKERS = ("<!-- headline:start -->", "<!-- headline:end -->")
@@ -114,8 +115,7 @@ def _scale_label(studies: dict) -> str:
     main = next(iter(studies), None)
     if main is None:
         return ""
-    commit = ((studies[main].get("provenance", {}).get("git") or {}).get("commit") or "unknown")[:12]
-    return f" _(From `results/scale_{main}.json`, commit {commit}.)_"
+    return f" _(From `results/scale_{main}.json`, commit {commit_of(studies[main].get('provenance', {}))}.)_"
 
 
 def _replace_readme_headline(readme: Path, text: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.formatting import signed
+from ..common.provenance import commit_of
 from ..common.verdicts import NOT_CALLED, listed, nats_range, size_words, subject
 from ..common.verdicts import called_words, times_listed as _times, verdict, window_error
 from ..experiment.scale import CONTROL, EULER, SCALE_ROWS
@@ -419,9 +420,8 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
         return {"answer": NO_STUDY, "rule": rule_text(rebuild), "rule_example": "", "rivals": "",
                 **{key: "(no artefact)" for key in keys}}
     ls, prov = lengths(study), study.get("provenance", {})
-    commit = prov.get("commit") or (prov.get("git") or {}).get("commit") or "unknown"
     others = [d for d in studies if d != main]
-    where = (f"Read from `results/scale_{main}.json` (commit {str(commit)[:12]}, "
+    where = (f"Read from `results/scale_{main}.json` (commit {commit_of(prov)}, "
              f"{prov.get('date') or study.get('date') or 'date unknown'}){cost_text(study)}"
              + (f"; the {', '.join(others)} study is drawn below" if others else "") + ". "
              + missing(study))

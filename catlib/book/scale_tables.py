@@ -104,7 +104,7 @@ def frontier_figure(study: dict, title: str = ""):
 
 def draw(study: dict, axes, lengths_shown=None) -> bool:
     """The frontier: each row's mean CE against its training FLOPs (log scale), one axis
-    per length; baselines dashed, CAT rows solid, the other rows of the CAT's block dotted; a band of ± one standard deviation over
+    per length, drawn as :func:`line_styles` says; a band of ± one standard deviation over
     seeds where there are several; a dotted line where the KERPLE-prior CAT crosses the
     best baseline, only where the crossing is called on both sides (:func:`crossing`; an
     unresolved order is not drawn, as it is not stated). A row far above the others at a
