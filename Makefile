@@ -114,7 +114,8 @@ bench: venv
 	$(PY) -m benchmarks.bench
 
 # The scale study (catlib/experiment/scale.py): chapter 10's rows at 1x-4x its budget on the
-# CPU, three seeds (91 minutes on two cores, measured; stopped and started again, it resumes), 1x-16x with
+# CPU, three seeds (137 minutes on two cores, measured; its artefact is written after every
+# finished run, and stopped and started again it resumes), 1x-16x with
 # every seed on a GPU (make scale DEVICE=cuda). Writes results/scale_<device>.json, which
 # the book reads; `make book` never trains it.
 scale: venv
@@ -122,8 +123,10 @@ scale: venv
 
 # The learning-rate sweep that `make scale` reads (catlib/experiment/sweep.py): every row of
 # the study at 1x, seed 0, at 2e-3, 4e-3 and 8e-3 (extended by 2 beyond an edge that wins,
-# at most twice), scored on the dev slice; writes results/lr_sweep_<device>.json after each
-# finished run; stopped and started again, it resumes.
+# at most twice), scored on the dev slice; a row keeps 4e-3 unless another rate wins by a
+# called margin. Writes results/lr_sweep_<device>.partial.json after each finished run and
+# replaces results/lr_sweep_<device>.json only when every row is done; stopped and started
+# again, it resumes.
 sweep: venv
 	$(PY) -m catlib.book.sweep --device $(if $(filter auto,$(DEVICE)),cpu,$(DEVICE))
 

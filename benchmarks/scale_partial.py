@@ -24,31 +24,16 @@ from catlib.runs import atomic_write_text
 PROFILE = "cpu"     # the study's sizes and batches (``python -m catlib.book.scale``'s default)
 
 
-def reached(finished, steps: dict, plan: dict) -> dict[str, dict[int, tuple]]:
-    """``{row: {budget: seeds}}``: at each budget of ``plan``, the seeds of ``finished``
-    (``(row, seed)`` keys) whose run was trained to it (``steps[row, seed]`` holds the
-    budget). A seed counts only at the budgets it reached: on the CPU's plan seeds 1 and 2
-    stop at 4x, seed 0 goes on to 8x. Budgets no finished seed reached, and rows with no
-    finished run, are left out."""
-    out: dict[str, dict[int, tuple]] = {}
-    for label in scale.SCALE_ROWS:
-        seeds = sorted(s for (lab, s) in finished if lab == label)
-        per_budget = {b: tuple(s for s in seeds if b in steps[label, s]) for b in sorted(plan)}
-        if any(per_budget.values()):
-            out[label] = {b: s for b, s in per_budget.items() if s}
-    return out
-
-
 def partial_study(e, plan: dict, root, device) -> dict:
     """The artefact of the finished runs under ``root`` of the study of ``e`` and ``plan``
-    (nothing trains): ``{"plan", "rows": scale_table(...) of :func:`reached`'s seeds,
+    (nothing trains): ``{"plan", "rows": scale_table(...) of :func:`~catlib.experiment.scale.reached`'s seeds,
     "partial": True, "finished_runs": [[row, seed], ...], "runs": how many the plan has}``."""
     specs, _, steps = scale.job_specs(e, plan, root)
     done = {k: s for k, s in specs.items() if _train_job(dict(s, device=device), stored=True)}
     runs = scale.open_runs(done, e, device)
     corpus, (lengths, caps) = load_corpus(split="90/10"), scale.scoring(e)
     rows = {}
-    for label, seeds in reached(done, steps, plan).items():
+    for label, seeds in scale.reached(done, steps, plan).items():
         rows.update(scale.scale_table({k: r for k, r in runs.items() if k[0] == label}, steps,
                                       seeds, corpus, lengths, caps, device))
     return {"plan": {str(b): list(s) for b, s in sorted(plan.items())}, "rows": rows,

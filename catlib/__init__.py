@@ -37,7 +37,7 @@ from .nn.model import CAT
 from .nn.quadrature import gauss_legendre
 from .nn.solvers import SOLVERS, integrate
 from .runs import open_run, train_run
-from .training.loop import TrainConfig
+from .training.config import TrainConfig
 
 __all__ = [
     "CATConfig", "CAT", "Baseline", "Kernel2D", "ContinuousAttention",

@@ -62,17 +62,18 @@ def test_the_target_reads_every_compute_matched_baseline_on_the_euler_cats_seeds
 def test_the_answer_table_says_each_lead_at_both_ends_and_where_it_is_called():
     import numpy as np
     from catlib.experiment import frontier as fr
+    from catlib.experiment.grid import WindowTerm
 
     lengths = [128, 512, 5000]
     ce = {"CAT": np.array([[1.50, 1.49, 1.48], [1.51, 1.50, 1.47], [1.49, 1.50, 1.49]]),
           "B": np.array([[1.60, 1.61, 1.49], [1.61, 1.60, 1.47], [1.59, 1.60, 1.50]])}
-    table = fr.comparison_table(ce, [("the CAT", "CAT", "B")], lengths,
-                                {("CAT", "B"): np.array([0.001, 0.001, 0.001])})
+    term = WindowTerm(np.array([0.001, 0.001, 0.001]), np.array([127, 127, 20]))
+    table = fr.comparison_table(ce, [("the CAT", "CAT", "B")], lengths, {("CAT", "B"): term})
     line = table.splitlines()[-1]
     # a lead of 0.100 at 128 is called; +0.007 at 5000 (+0.01, 0, +0.01) is not
     assert line == "| the CAT | B | +0.100 | +0.007 | 128 |"
     one = fr.comparison_table({k: v[:1] for k, v in ce.items()}, [("x", "CAT", "B")], lengths,
-                              {("CAT", "B"): None})
+                              {("CAT", "B"): term})
     assert one.endswith("| one seed: not called |")
 
 
@@ -81,6 +82,41 @@ def test_the_length_change_is_said_on_each_row_in_words():
     from catlib.experiment import frontier as fr
 
     ce = {"A": np.array([[1.70, 1.65]]), "B": np.array([[1.60, 1.62]]), "C": np.array([[1.5, 1.5]])}
-    assert fr.length_change(ce, {"A": "A", "B": "B", "C": "C"}, [128, 5000]) == (
+    every = {"windows": {128: 820, 5000: 21}, "span": 105_000}     # every window of the span
+    assert fr.length_change(ce, {"A": "A", "B": "B", "C": "C"}, [128, 5000], every) == (
         "From 128 to 5000 characters, on the same text, CE falls by 0.050 nats for the A, "
         "rises by 0.020 for the B and stays level for the C.")
+
+
+def test_the_length_change_is_not_stated_where_a_length_read_a_sample_of_the_span():
+    """Issue 60: chapter 10 read 128 of the span's 820 windows at 128 and all 21 at 5000, and
+    said CE "rises by 0.009" from one to the other; on all 820 the same runs fall by 0.015.
+    A change is stated only where both lengths read every window of one span."""
+    import numpy as np
+    from catlib.experiment import frontier as fr
+
+    ce = {"A": np.array([[1.70, 1.709]])}
+    sampled = {"windows": {128: 128, 512: 128, 5000: 21}, "span": 105_000}
+    text = fr.length_change(ce, {"A": "A"}, [128, 512, 5000], sampled)
+    assert text == ("From 128 to 5000 characters, the change in CE is not stated: at 128 the rows "
+                    "read 128 of the span's 820 windows, a sample of the span, so the two lengths "
+                    "did not read the same text.")
+    assert "rises" not in text and "falls" not in text
+    # windows not recorded: not stated either, never assumed
+    assert "not stated" in fr.length_change(ce, {"A": "A"}, [128, 5000])
+
+
+def test_chapter_10_hands_the_length_change_the_windows_its_table_read():
+    """The chapter's call passes what :func:`catlib.experiment.grid.table_errors` recorded
+    (364f0a7 passed nothing, and the sentence compared a sample with the whole span)."""
+    import json
+    from pathlib import Path
+
+    import catlib
+
+    nb = Path(catlib.__file__).resolve().parents[1] / "notebooks" / "10_equal_compute.ipynb"
+    code = "".join("".join(c["source"]) for c in json.loads(nb.read_text(encoding="utf-8"))["cells"]
+                   if c["cell_type"] == "code")
+    call = code[code.index("fr.length_change("):]
+    call = call[:call.index("\n", call.index("lengths"))]
+    assert "table_reads[" in call and "table_reads, table_se = ex.table_errors(" in code

@@ -13,7 +13,7 @@ What each test catches:
 - logits of a prefix that change when the input grows, a read of the future, an adjoint
   that misses a bias's parameters;
 - a bad option accepted, or an existing config whose dict (and so its hash) or state_dict
-  keys changed with the new options.
+  keys changed with the new options; one bias under two hashes for options it ignores.
 """
 import hashlib
 import json
@@ -24,7 +24,7 @@ import torch
 
 import catlib
 from leak_check import assert_no_future
-from catlib.nn.config import KERNELS, LEARNED_BIASES
+from catlib.nn.kernel_choice import KERNELS, LEARNED_BIASES
 from catlib.nn.decay_prior import DecayPriorKernel
 from catlib.nn.forgetting import ForgetGateAttention
 from catlib.nn.learned_bias import (FIRE_L_SHARE, FireKernel, KerpleLogKernel, bucket_starts)
@@ -344,6 +344,31 @@ def test_bad_options_are_refused_with_the_allowed_values():
         catlib.CATConfig(**TINY, kernel=kernel)
     cfg = catlib.CATConfig(**TINY, kernel="fire", train_length=T_TRAIN)
     assert catlib.CATConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+
+@pytest.mark.parametrize("kernel", ["fox", "kerple-log", "fire"])
+def test_a_learned_bias_has_one_identity_whatever_the_options_it_ignores(kernel):
+    # Issue 60, item 6. Fails on 364f0a7: FoX with n_freq=5, kernel_scale=2,
+    # kernel_horizon=64 and kernel_residual=False built the default FoX's weights under
+    # another config hash, so in another run directory.
+    from catlib.runs.identity import config_hash
+    from catlib.training.loop import TrainConfig
+
+    ignored = dict(n_freq=5, kernel_scale=2.0, kernel_horizon=64.0, kernel_residual=False)
+    if kernel != "fire":                                  # FIRE's threshold reads it
+        ignored["train_length"] = 40
+    plain = catlib.CATConfig(**TINY, kernel=kernel,
+                             train_length=T_TRAIN if kernel == "fire" else None)
+    other = catlib.CATConfig(**{**TINY, "kernel": kernel,
+                                "train_length": T_TRAIN if kernel == "fire" else None, **ignored})
+    hashes = [config_hash(c, TrainConfig(), "sha", code="code") for c in (plain, other)]
+    assert hashes[0] == hashes[1]
+    assert other.resolved() == plain.resolved()
+    torch.manual_seed(0)
+    a = catlib.CAT(plain).state_dict()
+    torch.manual_seed(0)
+    b = catlib.CAT(other).state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)   # one model
 
 
 # The dicts of existing configs, whose hash names a run (with the code fingerprint): the

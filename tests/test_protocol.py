@@ -6,6 +6,7 @@ import torch
 from catlib.book.profiles import experiment
 from catlib.common.verdicts import prose_problems, window_error
 from catlib.experiment.grid import span_of
+from catlib.data import DEV_CHARS
 from catlib.measure.evaluate import cross_entropy, n_windows, text_span, window_starts, windows
 
 N_VAL = 111_540          # the 90/10 split's validation characters
@@ -98,7 +99,7 @@ def test_the_paired_window_error_cancels_what_makes_a_window_hard_for_both(monke
     # the error of their paired difference is that of the small independent part only.
     import numpy as np
 
-    from catlib.common.verdicts import pair_error
+    from catlib.common.verdicts import unpaired_error_bound
     from catlib.experiment import grid
 
     rng = np.random.default_rng(0)
@@ -121,30 +122,74 @@ def test_the_paired_window_error_cancels_what_makes_a_window_hard_for_both(monke
     class Split:
         val = torch.zeros(N_VAL, dtype=torch.long)
 
-    w = grid.paired_window_error(runs, "ALiBi baseline", "RoPE baseline", [0, 1],
-                                 {"90/10": Split()}, 5000, 820, curve_windows=21)
+    w = grid.table_paired_window_errors(runs, "ALiBi baseline", "RoPE baseline", [0, 1],
+                                        {"90/10": Split()}, 5000, 820, curve_windows=21)
     for i, L in enumerate((128, 5000)):
         d = np.mean([own["ALiBi baseline", s, L] - own["RoPE baseline", s, L] for s in (0, 1)], 0)
-        assert w[i] == pytest.approx(d.std(ddof=1) / np.sqrt(len(d)), rel=1e-12)
+        assert w.window[i] == pytest.approx(d.std(ddof=1) / np.sqrt(len(d)), rel=1e-12)
         own_se = [[own[label, s, L].std(ddof=1) / np.sqrt(len(d)) for s in (0, 1)]
                   for label in ("ALiBi baseline", "RoPE baseline")]
-        assert w[i] < pair_error(*own_se) / 10           # the bound is far looser
+        assert w.window[i] < unpaired_error_bound(*own_se) / 10    # the bound is far looser
+    assert list(w.window_df) == [819, 20]                           # windows − 1 per length
     with pytest.raises(ValueError, match="different splits"):
-        grid.paired_window_error(runs, "ALiBi baseline", "published CAT", [0, 1],
-                                 {"90/10": Split()}, 5000, 820)
+        grid.table_paired_window_errors(runs, "ALiBi baseline", "published CAT", [0, 1],
+                                        {"90/10": Split()}, 5000, 820)
 
 
-def test_no_run_trains_on_the_dev_slice_and_no_reported_ce_reads_it(tiny_path):
-    # The dev slice sits between the training part and the validation split: a run's
-    # batches are drawn from corpus.train only, every reported CE from corpus.val.
-    from catlib.data import DEV_CHARS, BatchSampler, load_corpus
+def _stretch(part, ids) -> tuple[int, int]:
+    """Where ``part`` (int64 ids) lies in the corpus ``ids``: ``(first, end)``, found by
+    content (a copy is found as a view is); the whole of it must be one stretch, once."""
+    import numpy as np
 
+    text = ids.numpy().astype(np.uint8).tobytes()          # 65 ids: one byte each
+    piece = part.numpy().astype(np.uint8).tobytes()
+    first = text.find(piece)
+    assert first >= 0, "the trainer's data is not one stretch of the corpus"
+    assert text.find(piece, first + 1) < 0, "the trainer's data is found twice in the corpus"
+    return first, first + len(piece)
+
+
+def test_no_run_trains_on_the_dev_slice_and_no_reported_ce_reads_it(tiny_path, tmp_path,
+                                                                    monkeypatch):
+    # Issue 60, item 4: reads what train_run hands the trainer. Every batch of a run is drawn
+    # by its sampler from the ids it is given, so each id it can draw lies in that stretch
+    # of the corpus, which must miss the dev slice and the validation split. (A test of
+    # BatchSampler(corpus.train) alone passed with train_run training on every id before
+    # the validation split, the dev slice included.)
+    from catlib.data import BatchSampler, load_corpus
+    from catlib.nn.config import CATConfig
+    from catlib.runs import train_run
+    from catlib.training import loop
+    from catlib.training.loop import TrainConfig
+
+    handed, drawn = [], []
+
+    class Spy(BatchSampler):
+        def __init__(self, data, *args, **kwargs):
+            handed.append(data)
+            super().__init__(data, *args, **kwargs)
+
+        def starts(self):
+            drawn.append(out := super().starts())
+            return out
+
+    monkeypatch.setattr(loop, "BatchSampler", Spy)
+    model = CATConfig(variant="causal", d_model=16, n_heads=2, n_freq=4, solver="euler",
+                      solver_steps=1, dropout=0.0)
+    train_run(model, TrainConfig(train_steps=2, batch=2, seq=16, split="90/10", models=("cat",),
+                                 repeat_share=0.5, repeat_periods=(2, 8)),
+              root=tmp_path, device="cpu", data=tiny_path, evaluate=False, progress=False,
+              echo=None)
+    assert len(handed) == 1 and len(drawn) == 2          # the sampler the two steps drew from
     c = load_corpus(tiny_path, split="90/10")
-    cut = len(c.train) + DEV_CHARS
-    assert len(c.dev) == DEV_CHARS and len(c.ids) - len(c.val) == cut
-    starts = BatchSampler(c.train, 64, 128, seed=0).starts()
-    assert starts.max() + 128 + 1 <= len(c.train)          # never into the dev slice
+    first, end = _stretch(handed[0], c.ids)
+    dev, val = _stretch(c.dev, c.ids), _stretch(c.val, c.ids)
+    assert val == (len(c.ids) - len(c.val), len(c.ids)) and dev[1] - dev[0] == DEV_CHARS
+    for name, (lo, hi) in (("dev slice", dev), ("validation split", val)):
+        assert end <= lo or first >= hi, f"the run trains on the {name}: {first}-{end}"
+    assert all(int(s.max()) + 16 + 1 <= len(handed[0]) for s in drawn)
+    # Every reported CE reads the validation split's windows, within its span.
     span = text_span(len(c.val), 5000)
     for L in (128, 5000):
-        first = window_starts(len(c.val), L, n_windows(len(c.val), L, 10**6, 5000), 5000)
-        assert int(first.min()) >= 0 and int(first.max()) + L + 1 <= span + 1  # inside val
+        starts = window_starts(len(c.val), L, n_windows(len(c.val), L, 10**6, 5000), 5000)
+        assert int(starts.min()) >= 0 and int(starts.max()) + L + 1 <= span + 1  # inside val

@@ -23,7 +23,12 @@ from catlib.experiment import scale
     (["--device", "foo"], "unknown device 'foo'"),
     (["--profile", "nope"], "--profile 'nope' is not a profile"),
     (["--seeds", "0", "1"], "give both"),
-    (["--budgets", "1", "--seeds", "-1"], "seeds are >= 0"),
+    (["--budgets", "1", "--seeds", "-1"], "a seed is an integer from 0 to 4294967295"),
+    # issue 60: a seed numpy cannot take passed the checks and failed after the first
+    # run had started (a traceback, exit 1); --recipe_rate ignored --sweep
+    (["--budgets", "1", "--seeds", "4294967296", "--recipe_rate"],
+     "--seeds 4294967296: a seed is an integer from 0 to 4294967295 (numpy's seed range)"),
+    (["--recipe_rate", "--sweep", "s.json"], "drop --sweep s.json or --recipe_rate"),
     (["--out", "FILE"], "is a file"),
     # issue 52: each of these passed the checks and failed after the training, or later
     (["--out", "/proc/nope"], "--out /proc/nope: cannot write in /proc"),
@@ -52,18 +57,19 @@ def test_the_write_check_leaves_nothing_behind(tmp_path, monkeypatch):
     nothing can be made is named with the reason."""
     import argparse
 
-    from catlib.book.scale import ScaleArgsError, check_args, check_writable
+    from catlib.book.args import ArgsError, check_writable
+    from catlib.book.scale import check_args
 
     monkeypatch.chdir(tmp_path)
     args = argparse.Namespace(profile="smoke", budgets=[1, 2], seeds=None, jobs=None,
                               device="cpu", out="a/b", root="c", sweep=None, recipe_rate=True)
-    assert check_args(args)[3] == Path("a/b/scale_smoke_cpu.json")
+    assert check_args(args)[3] == Path("a/b/scale_smoke_cpu.test.json")   # a test's
     assert list(tmp_path.iterdir()) == []
 
     def refused(**kwargs):
         raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr("catlib.book.scale.tempfile.mkdtemp", refused)
-    with pytest.raises(ScaleArgsError, match=r"^--root c/d: cannot write in .* \(Permission denied\)"):
+    monkeypatch.setattr("catlib.book.args.tempfile.mkdtemp", refused)
+    with pytest.raises(ArgsError, match=r"^--root c/d: cannot write in .* \(Permission denied\)"):
         check_writable("--root", Path("c/d"))
 
 
@@ -82,37 +88,55 @@ def test_a_plan_without_seed_0_at_1x_trains_only_its_runs(tiny_path, monkeypatch
     assert out["rows"][scale.KERPLE]["points"][0]["seeds"] == [1]
 
 
-def test_a_resumed_study_keeps_the_time_of_the_invocations_whose_runs_it_reused(
-        monkeypatch, tmp_path):
-    """A study resumed in a later session (rows added, the stored runs reused) records
-    every earlier invocation's time and rows beside its own, so that the artefact says
-    what the whole study cost; a study that reused nothing carries none."""
+@pytest.mark.parametrize("options", [["--budgets", "1", "--seeds", "0"], ["--recipe_rate"],
+                                     ["--budgets", "1", "2", "--recipe_rate"]])
+def test_the_test_options_write_beside_the_book_s_artefact(tmp_path, monkeypatch, options):
+    """Issue 60: ``--budgets``, ``--seeds`` and ``--recipe_rate`` (the help's test options)
+    wrote ``results/scale_<device>.json``, the artefact the book reads; now
+    ``scale_<device>.test.json`` beside it, the book's left as it was."""
     import json
 
-    from catlib.book.scale import earlier_invocations
+    from catlib.experiment import sweep
 
     monkeypatch.chdir(tmp_path)
-    path = Path("results/scale_smoke_cpu.json")
-    assert earlier_invocations(path, "smoke") == []                  # no artefact yet
-    path.parent.mkdir()
-    first = {"wall_seconds": 6000.0, "rows": {"a": {}, "b": {}},     # before "trained" existed
-             "provenance": {"profile": "smoke", "date": "d1", "git": {"commit": "c" * 40}}}
-    path.write_text(json.dumps(first))
-    assert earlier_invocations(path, "cpu") == []                    # another profile's
-    assert earlier_invocations(path, "smoke") == [
-        {"wall_seconds": 6000.0, "trained": ["a", "b"], "date": "d1", "commit": "c" * 12}]
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "scale_smoke_cpu.json").write_text('{"the": "book\'s study"}\n')
+    (results / "lr_sweep_smoke_cpu.json").write_text(json.dumps({
+        "provenance": {"profile": "smoke"}, "rule": getattr(sweep, "RULE", None),
+        "rows": {r: {"rate": 4e-3, "done": True} for r in scale.SCALE_ROWS}}))
+    monkeypatch.setattr("catlib.book.scale.run_study", lambda *a, **k: {
+        "wall_seconds": 1.0, "trained": [], "reused_runs": 0, "rows": {}, "plan": {}})
+    assert main(["--profile", "smoke", "--root", "runs", *options]) == 0
+    assert (results / "scale_smoke_cpu.json").read_text() == '{"the": "book\'s study"}\n'
+    assert json.loads((results / "scale_smoke_cpu.test.json").read_text())["wall_seconds"] == 1.0
 
-    written = {}
-    monkeypatch.setattr("catlib.book.scale.atomic_write_text",
-                        lambda p, text: written.update(table=json.loads(text)))
-    for reused, carried in ((33, 1), (0, 0)):
-        monkeypatch.setattr("catlib.book.scale.run_study", lambda *a, reused=reused, **k: {
-            "wall_seconds": 1500.0, "trained": ["c"], "reused_runs": reused, "rows": {}})
-        assert main(["--profile", "smoke", "--root", "runs", "--recipe_rate"]) == 0
-        assert len(written["table"]["earlier"]) == carried
-    # the second session's artefact, resumed once more, carries both before its own
-    second = {**first, "wall_seconds": 1500.0, "trained": ["c"],
-              "earlier": earlier_invocations(path, "smoke")}
-    path.write_text(json.dumps(second))
-    assert [e["wall_seconds"] for e in earlier_invocations(path, "smoke")] == [6000.0, 1500.0]
-    assert earlier_invocations(path, "smoke")[1]["trained"] == ["c"]
+
+def test_a_row_whose_every_sweep_rate_diverged_is_named_and_refused(tmp_path, capsys, monkeypatch):
+    """Issue 60: a row whose every rate diverged had the lowest rate tried, which the study
+    then trained. Now the sweep gives it no rate; the command names it in one line, trains
+    the other rows and records it in the artefact's ``rates``."""
+    import json
+
+    from catlib.experiment import sweep
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    rows = {r: {"rate": 4e-3, "done": True} for r in scale.SCALE_ROWS}
+    rows[scale.FOX] = {"rate": None, "done": True, "all_diverged": True,
+                       "dev_ce": {"0.002": None, "0.004": None, "0.008": None}}
+    (tmp_path / "results" / "lr_sweep_smoke_cpu.json").write_text(json.dumps({
+        "provenance": {"profile": "smoke"}, "rule": getattr(sweep, "RULE", None), "rows": rows}))
+    asked = {}
+
+    def study(*a, rows=None, rate_source=None, **k):
+        asked.update(rows=rows)
+        return {"wall_seconds": 1.0, "trained": [], "reused_runs": 0, "rows": {}, "plan": {},
+                "rates": rate_source}
+    monkeypatch.setattr("catlib.book.scale.run_study", study)
+    assert main(["--profile", "smoke", "--root", "runs"]) == 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"refused: {scale.FOX!r} has no rate" in err, err
+    assert asked["rows"] == [r for r in scale.SCALE_ROWS if r != scale.FOX]
+    written = json.loads((tmp_path / "results" / "scale_smoke_cpu.json").read_text())
+    assert written["rates"]["unrated"] == [scale.FOX]

@@ -112,7 +112,7 @@ def test_reached_keeps_each_seed_to_its_own_budgets():
     plan = {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2), 8: (0,)}
     steps = {(label, s): {b: 10 * b for b in budgets} for label in scale.SCALE_ROWS
              for s, budgets in scale.seed_budgets(plan).items()}
-    got = scale_partial.reached([(scale.ALIBI, 0), (scale.ALIBI, 1), (scale.ROPE, 2),
+    got = scale.reached([(scale.ALIBI, 0), (scale.ALIBI, 1), (scale.ROPE, 2),
                                  (scale.KERPLE, 1)], steps, plan)
     assert got == {scale.ALIBI: {1: (0, 1), 2: (0, 1), 4: (0, 1), 8: (0,)},
                    scale.ROPE: {1: (2,), 2: (2,), 4: (2,)},

@@ -20,15 +20,23 @@ LABELS = [ss.name(r) for r in SCALE_ROWS] + list(SCALE_ROWS)
 
 def _study(ce: dict, plan=None) -> dict:
     """``ce``: {row: {budget: [CE per seed]}}, the same CE at both lengths; a row's seeds at
-    a budget are the plan's first ones."""
+    a budget are the plan's first ones. Every point reads 100 windows per length with no
+    window-sampling error (standard error 0: the rule's seed term alone decides)."""
     plan = plan or {1: [0, 1], 4: [0, 1]}
     rows = {}
     for row, by_budget in ce.items():
         rows[row] = {"points": [{"budget": b, "steps": 10 * b, "seeds": plan[b][:len(v)],
                                  "train_flops": 1e12 * b, "seconds": 1.0,
-                                 "ce": {"128": list(v), "5000": list(v)}}
+                                 "ce": {"128": list(v), "5000": list(v)},
+                                 **_no_window_error(["128", "5000"], len(v))}
                                 for b, v in by_budget.items()]}
     return {"plan": {str(b): s for b, s in plan.items()}, "rows": rows}
+
+
+def _no_window_error(lengths, seeds: int) -> dict:
+    """A point's window record with no sampling error: 100 windows and a standard error of
+    0 per seed at each length."""
+    return {"se": {L: [0.0] * seeds for L in lengths}, "windows": {L: 100 for L in lengths}}
 
 
 def _baselines(at1=(2.00, 2.01), at4=(1.70, 1.71), plan=None, **rows) -> dict:
@@ -159,7 +167,8 @@ def test_the_lead_at_the_training_length_and_beyond_it_are_said_apart_with_their
           EULER: (1.95, 1.88, 1.83)}
     rows = {r: {"points": [{"budget": b, "steps": b, "seeds": plan[b], "train_flops": 1e12 * b,
                             "seconds": 1.0, "ce": {L: [v - 0.01 * b + 0.001 * s for s in plan[b]]
-                                                   for L, v in zip(ls, vs)}} for b in plan]}
+                                                   for L, v in zip(ls, vs)},
+                            **_no_window_error(ls, len(plan[b]))} for b in plan]}
             for r, vs in ce.items()}
     study = {"plan": {str(b): s for b, s in plan.items()}, "rows": rows}
     text = ss.answer(study)
@@ -274,7 +283,8 @@ def test_the_verdicts_read_like_sentences():
     for study in (CROSSING, with_control):
         text = ss.answer_file_text({"cpu": study}, "cpu")
         assert len(text.split()) <= 81 and not prose_problems(text, LABELS), text
-    assert "The Euler CAT's learned kernel beats ALiBi's bias in its block by 0.050 nats" in text
+    assert ("The Euler CAT's learned kernel leads ALiBi's bias in its block by 0.050 nats at "
+            "every budget and length (ahead).") in text
     assert ss.budget_verdict(CROSSING, 4).startswith("At 4× (2 seeds), the KERPLE-prior CAT is lowest")
 
 
@@ -290,8 +300,11 @@ def test_the_method_follows_the_artefact_and_the_kernel_control_is_judged():
     study = _baselines(**{EULER: {1: [1.90, 1.91], 4: [1.60, 1.61]},
                           CONTROL: {1: [1.95, 1.96], 4: [1.61, 1.615]}})
     said = ss.kernel_verdicts(study)
-    assert said[0].startswith("At 1× (2 seeds), the Euler CAT leads at every length, by 0.050")
-    assert said[1].endswith("not called (95 % interval includes zero).")
+    assert said[0] == ("At 1× (2 seeds), the Euler CAT's lead over the kernel control: +0.050 "
+                       "nats at every length (ahead).")
+    # +0.010 and +0.005 on two seeds: neither ahead nor within 0.02 (t(1) is wide)
+    assert said[1] == ("At 4× (2 seeds), the Euler CAT's lead over the kernel control: +0.007 "
+                       "nats at every length (not resolved).")
     assert ss.chapter_texts({"cpu": CROSSING}, "cpu")["kernel"] == "- this artefact has no kernel control row"
 
 
@@ -367,7 +380,7 @@ def test_a_margin_s_window_error_is_paired_where_the_points_keep_each_window():
     # small error of the difference; a point scored on other seeds falls back to the bound.
     import numpy as np
     from catlib.book import scale_readings as sr
-    from catlib.common.verdicts import pair_error
+    from catlib.common.verdicts import unpaired_error_bound
 
     rng = np.random.default_rng(1)
     hard = rng.normal(1.8, 0.3, 50)
@@ -380,10 +393,10 @@ def test_a_margin_s_window_error_is_paired_where_the_points_keep_each_window():
     diff, window = sr.difference(study, 1, [0, 1], EULER, ALIBI)
     a, b = (sr.point(study, r, 1)["window_ce"]["128"] for r in (EULER, ALIBI))
     assert window[0] == pytest.approx(np.std(np.subtract(a, b), ddof=1) / np.sqrt(50))
-    assert window[0] < pair_error([[0.04]], [[0.04]])[0] / 5
+    assert window[0] < unpaired_error_bound([[0.04]], [[0.04]])[0] / 5
     # seeds that are not the points' own: the bound from each row's standard error
     _, bound = sr.difference(study, 1, [0], EULER, ALIBI)
-    assert bound[0] == pytest.approx(pair_error([[0.04]], [[0.04]])[0])
+    assert bound[0] == pytest.approx(unpaired_error_bound([[0.04]], [[0.04]])[0])
 
 
 def test_the_kernel_against_each_rival_bias_is_said_at_both_ends_and_an_absent_rival_named():
@@ -396,8 +409,8 @@ def test_the_kernel_against_each_rival_bias_is_said_at_both_ends_and_an_absent_r
                           FIRE: {1: [1.90, 1.91], 4: [1.60, 1.62]}})
     lines = ss.rival_verdicts(study)
     assert lines[0] == ("At 1× (2 seeds), the Euler CAT's lead over the FIRE bias: +0.100 nats at 128 "
-                        "(called); +0.100 nats at 5000 (called).")
-    assert "+0.005 nats at 128 (not called)" in lines[1]
+                        "(ahead); +0.100 nats at 5000 (ahead).")
+    assert "+0.005 nats at 128 (not resolved)" in lines[1]
     assert lines[-1].startswith("Not in this artefact: the rows with deep kernel control, "
                                 "bucket bias, KERPLE-log bias and FoX gate")
     assert not any(prose_problems(line, LABELS) for line in lines)
@@ -425,15 +438,23 @@ def test_the_legend_of_every_row_sits_below_the_axes_as_the_page_shows_it():
         assert len(set(drawn)) == len(drawn) == len(SCALE_ROWS)
 
 
-def test_the_chapter_says_what_the_study_cost_over_its_sessions():
-    """A study resumed in a later session (rows added beside the stored runs) is said with
-    its whole time and each session's share, from what the artefact keeps."""
+def test_the_chapter_says_what_the_study_cost_over_its_runs_of_make_scale():
+    """A study resumed by a later `make scale` (rows added beside the stored runs) is said
+    with its whole time and each run's share, from what the artefact keeps; an artefact
+    written before ``invocations`` were kept is read from ``earlier`` and itself."""
     study = _study({r: {1: [2.0, 2.1], 4: [1.6, 1.7]} for r in (ALIBI, EULER_DEEP)})
     assert ss.cost_text(study) == ""                                  # no time recorded
     one = dict(study, wall_seconds=600.0, provenance={"cpus": 2, "device": {"type": "cpu"}})
     assert ss.cost_text(one) == ", made in 10 minutes on 2 CPU cores"
     two = dict(one, trained=[EULER_DEEP],
                earlier=[{"wall_seconds": 6780.0, "trained": [ALIBI, EULER_DEEP, ROPE]}])
-    assert ss.cost_text(two) == (", made in 123 minutes on 2 CPU cores, in 2 sessions "
-                                 "(113 for 3 rows, then 10 for 1 row)")
+    assert ss.cost_text(two) == (", made in 123 minutes on 2 CPU cores, in 2 runs of "
+                                 "`make scale` (113 for 3 rows, then 10 for 1 row)")
     assert ss.cost_text(two) in ss.chapter_texts({"cpu": two}, "cpu")["where"]
+    # as the artefact keeps it now: only the runs of `make scale` that trained, one killed
+    now = dict(one, wall_seconds=30.0, invocations=[
+        {"wall_seconds": 2400.0, "trained": [ALIBI, ROPE, EULER_DEEP], "finished": False},
+        {"wall_seconds": 1380.0, "trained": [EULER_DEEP], "finished": True}])
+    assert ss.cost_text(now) == (", made in 63 minutes on 2 CPU cores, in 2 runs of `make scale` "
+                                 "(40 for 3 rows before it was killed, then 23 for 1 row)")
+    assert ss.cost_text(dict(now, invocations=[])) == ""             # nothing trained here

@@ -8,14 +8,17 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from catlib.book import profiles
+from catlib.book.args import partial_path
 from catlib.book.scale import check_args
 from catlib.book.scale import main as scale_main
 from catlib.book.sweep import main as sweep_main
-from catlib.book.sweep import writer
+from catlib.book.sweep import summary, writer
+from catlib.common.verdicts import t_quantile
 from catlib.data import DEV_CHARS, load_corpus
 from catlib.experiment import scale, sweep
 from catlib.runs import open_run
@@ -31,29 +34,93 @@ def _small(steps=4, batch=2):
     return dataclasses.replace(e, train=dataclasses.replace(e.train, train_steps=steps, batch=batch))
 
 
+def _scores(ce: dict, sd: float = 0.0, windows: int = 100, seed: int = 0) -> dict:
+    """``{rate: job result}`` of runs whose dev CE is ``ce[rate]`` (None: diverged), each
+    window's CE a shared difficulty per window (cancels in a paired difference) plus noise
+    of ``sd`` of its own, centred so that the windows' mean is the CE."""
+    g = np.random.default_rng(seed)
+    hard = g.normal(0, 0.3, windows)
+    out = {}
+    for rate, value in ce.items():
+        if value is None:
+            out[rate] = {"ce": None, "se": None, "windows": 0, "window_ce": None, "seconds": None}
+            continue
+        w = hard + sd * g.normal(0, 1, windows)
+        w = value + w - w.mean()
+        out[rate] = {"ce": value, "se": float(w.std(ddof=1) / np.sqrt(windows)),
+                     "windows": windows, "window_ce": w.tolist(), "seconds": 1.0}
+    return out
+
+
 def test_the_grid_extends_by_2_beyond_a_winning_edge_until_interior_or_capped():
-    ce = {2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1}
-    assert sweep.next_rate(ce) is None and sweep.best_rate(ce) == 4e-3         # interior
+    assert sweep.DEFAULT_RATE == 4e-3 == profiles.experiment("cpu").train.lr
+    assert sweep.DEFAULT_RATE in sweep.RATES
+    ce = _scores({2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1})
+    assert sweep.next_rate(ce) is None and sweep.chosen_rate(ce) == 4e-3      # interior
     high = {2e-3: 3.0, 4e-3: 2.9, 8e-3: 2.8}
-    assert sweep.next_rate(high) == pytest.approx(16e-3)
-    assert sweep.next_rate({**high, 16e-3: 2.7}) == pytest.approx(32e-3)
-    assert sweep.next_rate({**high, 16e-3: 2.7, 32e-3: 2.6}) is None           # the cap: 2
-    assert sweep.next_rate({**high, 16e-3: 2.9}) is None                       # interior now
+    assert sweep.next_rate(_scores(high)) == pytest.approx(16e-3)
+    assert sweep.next_rate(_scores({**high, 16e-3: 2.7})) == pytest.approx(32e-3)
+    assert sweep.next_rate(_scores({**high, 16e-3: 2.7, 32e-3: 2.6})) is None  # the cap: 2
+    assert sweep.next_rate(_scores({**high, 16e-3: 2.9})) is None              # interior now
     low = {2e-3: 2.8, 4e-3: 2.9, 8e-3: 3.0}
-    assert sweep.next_rate(low) == pytest.approx(1e-3)
-    assert sweep.next_rate({**low, 1e-3: 2.7}) == pytest.approx(5e-4)
-    assert sweep.next_rate({**low, 1e-3: 2.7, 5e-4: 2.6}) is None
-    assert sweep.next_rate(high, cap=0) is None
-    # a diverged run (None or NaN) is never best; ties go to the lower rate
-    assert sweep.best_rate({2e-3: 3.0, 4e-3: 2.9, 8e-3: None}) == 4e-3
-    assert sweep.next_rate({2e-3: 3.0, 4e-3: 2.9, 8e-3: float("nan")}) is None
-    assert sweep.best_rate({2e-3: 2.9, 4e-3: 2.9, 8e-3: 3.0}) == 2e-3
+    assert sweep.next_rate(_scores(low)) == pytest.approx(1e-3)
+    assert sweep.next_rate(_scores({**low, 1e-3: 2.7})) == pytest.approx(5e-4)
+    assert sweep.next_rate(_scores({**low, 1e-3: 2.7, 5e-4: 2.6})) is None
+    assert sweep.next_rate(_scores(high), cap=0) is None
+    # a diverged run (None or NaN) is never chosen; where the recipe's rate diverged, the
+    # lowest CE of the rest
+    assert sweep.chosen_rate(_scores({2e-3: 3.0, 4e-3: 2.9, 8e-3: None})) == 4e-3
+    nan = {**_scores({2e-3: 3.0, 4e-3: 2.9}), 8e-3: {"ce": float("nan"), "se": None}}
+    assert sweep.next_rate(nan) is None
+    assert sweep.chosen_rate(_scores({2e-3: 3.0, 4e-3: None, 8e-3: 2.95})) == 8e-3
     # the grid first, then its extension, then nothing
-    assert sweep.rates_to_run({4e-3: 2.9}) == [2e-3, 8e-3]
-    assert sweep.rates_to_run(high) == [pytest.approx(16e-3)]
+    assert sweep.rates_to_run(_scores({4e-3: 2.9})) == [2e-3, 8e-3]
+    assert sweep.rates_to_run(_scores(high)) == [pytest.approx(16e-3)]
     assert sweep.rates_to_run(ce) == []
     with pytest.raises(ValueError, match="not measured yet"):
-        sweep.next_rate({4e-3: 2.9})
+        sweep.next_rate(_scores({4e-3: 2.9}))
+
+
+def test_a_row_whose_every_rate_diverged_has_no_rate_and_no_extension():
+    """Issue 60, item 1: every run of a row diverged. The row has no rate (the table says
+    why), the grid does not extend below it, the study is given no rate for it, and
+    :func:`unrated_rows` names it for the scale command to refuse."""
+    every = {r: None for r in (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)}
+    table = sweep.sweep_table({scale.FOX: _scores(every), scale.ALIBI: _scores(
+        {2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1})}, {scale.FOX: 10, scale.ALIBI: 10})
+    fox = table[scale.FOX]
+    assert fox["rate"] is None and fox["edge"] is False
+    assert fox["all_diverged"] is True and fox["done"] is True
+    assert sweep.rates_to_run(_scores({r: None for r in sweep.RATES})) == []    # no extension
+    artefact = {"rule": sweep.RULE, "rows": table}
+    assert sweep.chosen_rates(artefact, [scale.FOX, scale.ALIBI]) == {scale.ALIBI: 4e-3}
+    assert sweep.unrated_rows(artefact) == [scale.FOX]
+    assert sweep.sweep_complete(artefact)
+    assert "none: every rate diverged" in summary(artefact)
+
+
+def test_a_rate_ahead_of_4e3_by_less_than_its_margin_is_not_chosen():
+    """Issue 61 ("a rate chosen on a tie"): 8e-3 lower than 4e-3 by less than the called
+    margin of the paired difference over the dev windows keeps 4e-3; lower by much more, it
+    is chosen. The margin is t(0.975, n-1) x sd(per-window difference) / sqrt(n)."""
+    near = _scores({2e-3: 1.80, 4e-3: 1.700, 8e-3: 1.696, 16e-3: 1.75}, sd=0.05)
+    table = sweep.sweep_table({scale.ALIBI: near}, {scale.ALIBI: 10})[scale.ALIBI]
+    assert table["rate"] == 4e-3 and table["done"]
+    d = np.subtract(near[8e-3]["window_ce"], near[4e-3]["window_ce"])
+    m = sweep.margin(near[4e-3], near[8e-3])
+    assert m == pytest.approx(t_quantile(99) * d.std(ddof=1) / np.sqrt(100))
+    assert 0.004 < m                                       # 8e-3 wins by 0.004: a tie
+    assert table["dev_margin"]["0.008"] == pytest.approx(m)
+    assert f"0.008: -0.0040 ({m:.4f})" in summary({"rows": {scale.ALIBI: table}})
+    far = _scores({2e-3: 1.80, 4e-3: 1.700, 8e-3: 1.650, 16e-3: 1.75}, sd=0.05)
+    assert 1.700 - 1.650 > sweep.margin(far[4e-3], far[8e-3])
+    assert sweep.sweep_table({scale.ALIBI: far}, {scale.ALIBI: 10})[scale.ALIBI]["rate"] == 8e-3
+    # without per-window CEs (a score kept before them), the bound t x (se + se): wider
+    no_windows = {r: {k: v for k, v in s.items() if k != "window_ce"} for r, s in near.items()}
+    bound = sweep.margin(no_windows[4e-3], no_windows[8e-3])
+    assert bound == pytest.approx(t_quantile(99) * (near[4e-3]["se"] + near[8e-3]["se"]))
+    assert bound > m
+    assert sweep.chosen_rate(no_windows) == 4e-3
 
 
 def test_the_sweep_scores_on_the_dev_slice_only(data, tmp_path, monkeypatch):
@@ -99,12 +166,12 @@ def test_a_cut_sweep_keeps_what_it_measured_and_resumes(data, tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         sweep.run_sweep(_small(), root=tmp_path / "runs", device="cpu", rows=[scale.ALIBI],
                         jobs=1, echo=None, on_change=write, cap=0)
-    kept = json.loads(path.read_text())
+    kept = json.loads(partial_path(path).read_text())
     first = kept["rows"][scale.ALIBI]["dev_ce"]
     assert len(first) == 2 and kept["rows"][scale.ALIBI]["rate"] is None
-    assert kept["complete"] is False
-    # its table beside it, for the reproducibility page, saying it is not finished
-    assert "; not finished._" in path.with_suffix(".md").read_text()
+    assert kept["complete"] is False and not path.exists()
+    # its table beside it, saying it is not finished
+    assert "; not finished._" in partial_path(path).with_suffix(".md").read_text()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
     monkeypatch.setattr(sweep, "_sweep_job", real)
@@ -117,6 +184,75 @@ def test_a_cut_sweep_keeps_what_it_measured_and_resumes(data, tmp_path, monkeypa
     again = out["rows"][scale.ALIBI]["dev_ce"]
     assert {k: again[k] for k in first} == first and len(again) == 3
     assert json.loads(path.read_text())["complete"] is True
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lr_sweep")) == [
+        path.name, path.with_suffix(".md").name]         # the sweep in progress is gone
+
+
+def test_a_rerun_keeps_the_complete_artefact_until_the_new_one_is_complete(data, tmp_path,
+                                                                         monkeypatch):
+    """Issue 60, item 7: a sweep rerun where nothing can be reused (as after a change to the
+    code fingerprint: here a new root) and cut after its first run leaves the complete
+    artefact as it was, the sweep in progress beside it; finishing replaces it."""
+    path = tmp_path / "results" / "lr_sweep_smoke_cpu.json"
+    sweep.run_sweep(_small(), root=tmp_path / "old", device="cpu", rows=[scale.ALIBI], jobs=1,
+                    echo=None, on_change=writer(path, {"profile": "smoke", "code": "old"}), cap=0)
+    before = path.read_bytes(), path.with_suffix(".md").read_bytes()
+    assert json.loads(before[0])["complete"] is True
+
+    real, trained = sweep._sweep_job, []
+
+    def cut_after_one(spec, steps=None, stored=False):
+        if not stored:
+            if len(trained) == 1:
+                raise KeyboardInterrupt
+            trained.append(spec["train"]["lr"])
+        return real(spec, steps, stored)
+    monkeypatch.setattr(sweep, "_sweep_job", cut_after_one)
+    write = writer(path, {"profile": "smoke", "code": "new"})
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_sweep(_small(), root=tmp_path / "new", device="cpu", rows=[scale.ALIBI],
+                        jobs=1, echo=None, on_change=write, cap=0)
+    assert (path.read_bytes(), path.with_suffix(".md").read_bytes()) == before
+    progress = json.loads(partial_path(path).read_text())
+    assert progress["complete"] is False and len(progress["rows"][scale.ALIBI]["dev_ce"]) == 1
+
+    monkeypatch.setattr(sweep, "_sweep_job", real)
+    sweep.run_sweep(_small(), root=tmp_path / "new", device="cpu", rows=[scale.ALIBI],
+                    jobs=1, echo=None, on_change=write, cap=0)
+    after = json.loads(path.read_text())
+    assert after["complete"] is True and after["provenance"]["code"] == "new"
+    assert len(after["rows"][scale.ALIBI]["dev_ce"]) == 3 and not partial_path(path).exists()
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name, path.with_suffix(".md").name]
+
+
+def test_a_sweep_is_complete_only_when_every_row_is_done(tmp_path):
+    """Issue 60, item 7: one row done while another has no finished run yet is a sweep in
+    progress (the table names every row of the sweep), never written over the complete
+    artefact."""
+    table = sweep.sweep_table({scale.ALIBI: _scores({2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1}),
+                               scale.ROPE: {}}, {scale.ALIBI: 10, scale.ROPE: 10})
+    path = tmp_path / "lr_sweep_smoke_cpu.json"
+    writer(path, {"profile": "smoke"})({"rows": table})
+    assert not path.exists()
+    assert json.loads(partial_path(path).read_text())["complete"] is False
+    assert table[scale.ROPE]["done"] is False and table[scale.ROPE]["rate"] is None
+
+
+def test_the_sweep_command_shares_its_argument_checks_without_the_scale_command():
+    """Issue 60, item 12: ``book/sweep.py`` checks its arguments with the shared checkers of
+    ``book/args.py``, not the scale command's; ``experiment/sweep.py`` takes ``TrainConfig``
+    from its home."""
+    import ast
+    import catlib.book.sweep as command
+
+    def imported(module) -> set:
+        tree = ast.parse(Path(module.__file__).read_text())
+        return {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                for a in n.names}
+    assert not {m for m, _ in imported(command)} & {"scale", "catlib.book.scale"}
+    assert ("args", "ArgsError") in imported(command)
+    assert ("training.config", "TrainConfig") in imported(sweep)
+    assert ("training.loop", "TrainConfig") not in imported(sweep)
 
 
 def test_the_study_trains_each_row_at_the_sweeps_best_rate(data, tmp_path):
@@ -128,9 +264,10 @@ def test_the_study_trains_each_row_at_the_sweeps_best_rate(data, tmp_path):
     write = writer(path, {"profile": "smoke", "git": {"commit": "abc"}})
     table = sweep.run_sweep(e, root=tmp_path / "sweep", device="cpu", rows=[scale.ALIBI], jobs=1,
                             echo=None)
+    best = table["rows"][scale.ALIBI]["rate"]
     ce = {float(r): v for r, v in table["rows"][scale.ALIBI]["dev_ce"].items()}
-    best = min(ce, key=ce.get)
-    assert table["rows"][scale.ALIBI]["rate"] == best != e.train.lr
+    margin = table["rows"][scale.ALIBI]["dev_margin"][sweep.rate_key(best)]
+    assert best != e.train.lr and ce[e.train.lr] - ce[best] > margin     # called
     others = {label: {"rate": 8e-3} for label in scale.SCALE_ROWS if label != scale.ALIBI}
     write({**table, "rows": {**table["rows"], **others}})
 
@@ -177,15 +314,21 @@ def test_bad_sweep_arguments_stop_before_anything_trains(tmp_path, capsys, monke
     ("{", "cannot be read"),
     ([1], "is not a sweep's artefact"),
     ({"provenance": {"profile": "cpu"}, "rows": {}}, "made for the profile 'cpu', not 'smoke'"),
-    ({"provenance": {"profile": "smoke"}, "rows": {}}, f"has no row {scale.ALIBI!r}: run `make sweep`"),
-    ({"provenance": {"profile": "smoke"}, "rows": {scale.ALIBI: {"rate": None}}},
+    ({"provenance": {"profile": "smoke"}, "rows": {}, "rule": True},      # True: the sweep's
+     f"has no row {scale.ALIBI!r}: run `make sweep`"),
+    ({"provenance": {"profile": "smoke"}, "rows": {scale.ALIBI: {"rate": None}}, "rule": True},
      f"is not finished for row {scale.ALIBI!r}"),
+    # chosen by the lowest dev CE (the artefacts before issue 61): read by no study
+    ({"provenance": {"profile": "smoke"}, "rows": {label: {"rate": 8e-3} for label in scale.SCALE_ROWS}},
+     "was not made by the sweep's rule (keep 0.004 unless"),
 ])
 def test_the_study_without_the_sweeps_rates_stops_naming_make_sweep(tmp_path, capsys, monkeypatch,
                                                                     artefact, says):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results").mkdir()
     path = Path("results/lr_sweep_smoke_cpu.json")
+    if isinstance(artefact, dict) and artefact.get("rule") is True:
+        artefact = {**artefact, "rule": sweep.RULE}
     if artefact is not None:
         path.write_text(artefact if isinstance(artefact, str) else json.dumps(artefact))
 

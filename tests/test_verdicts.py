@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from catlib.book.publish import equal_compute_summary
-from catlib.common.verdicts import (called, change_words, interval, nats_range, pair_error, prose_problems,
-                                    short_lead, t_quantile, verdict, verdict_table, window_error)
+from catlib.common.verdicts import (AHEAD, BEHIND, MARGIN, NOT_RESOLVED, called, change_words,
+                                    equivalent, interval, nats_range, paired_window_error,
+                                    prose_problems, reading, same_words, short_lead, t_quantile,
+                                    unpaired_error_bound, verdict, verdict_table, window_error)
 from catlib.experiment import frontier as fr
 from catlib.experiment.grid import AS_LAYERS, AS_STEPS, ROWS
 
@@ -106,13 +108,90 @@ def test_one_rule_calls_a_difference_when_its_paired_interval_excludes_zero():
 
 def test_the_window_term_from_each_row_s_own_error_is_a_conservative_bound():
     se_a, se_b = np.array([[0.03, 0.004], [0.04, 0.004]]), np.array([[0.04, 0.003], [0.03, 0.003]])
-    assert pair_error(se_a, se_b).tolist() == pytest.approx([0.05, 0.005])
+    assert unpaired_error_bound(se_a, se_b).tolist() == pytest.approx([0.05, 0.005])
 
 
 def test_the_t_quantile_matches_student_s_t():
     stats = pytest.importorskip("scipy.stats")
     for df in (1, 2, 3, 5, 10, 30, 31, 50, 200):
         assert t_quantile(df) == pytest.approx(stats.t.ppf(0.975, df), abs=2e-3), df
+        assert t_quantile(df, 0.90) == pytest.approx(stats.t.ppf(0.95, df), abs=2e-3), df
+
+
+def _seeds(mean: float, sd: float, n: int = 10) -> np.ndarray:
+    """``n`` paired differences at one length, ``[n, 1]``, whose sample mean and standard
+    deviation (ddof 1) are exactly ``mean`` and ``sd``."""
+    z = np.arange(n, dtype=float)
+    return (mean + sd * (z - z.mean()) / z.std(ddof=1))[:, None]
+
+
+def test_the_fixtures_have_the_mean_and_sd_they_name():
+    d = _seeds(0.004, 0.01)
+    assert d.shape == (10, 1)
+    assert d.mean() == pytest.approx(0.004, abs=1e-15) and d.std(ddof=1) == pytest.approx(0.01, abs=1e-15)
+
+
+def test_the_book_reads_a_difference_in_three_words():
+    """Issue 61's fixtures: ten seeds, one length, no window term (issue 60 item 9: "not
+    called" is never "the same")."""
+    assert MARGIN == 0.02 and same_words() == "the same within 0.02"
+    assert reading(_seeds(0.004, 0.01)) == ["the same within 0.02"]     # 90 %: 0.004 ± 0.0058
+    assert reading(_seeds(0.03, 0.01)) == [AHEAD]
+    assert reading(_seeds(-0.03, 0.01)) == [BEHIND]
+    assert reading(_seeds(0.01, 0.03)) == [NOT_RESOLVED]                # neither interval decides
+    assert reading(_seeds(0.01, 0.005)) == ["ahead, by less than 0.02"]
+    assert reading(_seeds(-0.01, 0.005)) == ["behind, by less than 0.02"]
+    # the same fixtures by the two halves of the reading
+    assert equivalent(_seeds(0.004, 0.01)).tolist() == [True] and not called(_seeds(0.004, 0.01))[0]
+    assert not equivalent(_seeds(0.01, 0.03))[0] and not called(_seeds(0.01, 0.03))[0]
+    # the equivalence uses the 90 % interval: 0.004 + t(0.95, 9) · 0.01 / √10 = 0.0098
+    mean, half = interval(_seeds(0.004, 0.01), level=0.90)
+    assert half[0] == pytest.approx(1.833 * 0.01 / 10 ** 0.5, rel=1e-4)
+    assert reading(_seeds(0.004, 0.01), margin=0.009) == [NOT_RESOLVED]
+    assert same_words(0.05) == "the same within 0.05"
+
+
+def test_nothing_unknown_reads_as_the_same_or_as_called():
+    """One seed, a NaN, a window error that is not known (NaN): no interval, "not
+    resolved", never "the same" or "ahead"."""
+    assert reading(np.array([[0.001]])) == [NOT_RESOLVED]
+    tight = np.hstack([_seeds(0.001, 0.005), _seeds(0.05, 0.001)])
+    assert reading(tight) == ["the same within 0.02", AHEAD]
+    assert reading(tight, window=[np.nan, np.nan]) == [NOT_RESOLVED, NOT_RESOLVED]
+    assert not called(tight, window=[np.nan, np.nan]).any()
+    assert not equivalent(tight, window=[np.nan, np.nan]).any()
+    assert reading(tight, window=[0.0, 0.0], window_df=[np.nan, 20]) == [NOT_RESOLVED, AHEAD]
+
+
+def test_the_window_term_takes_student_s_t_on_the_windows_degrees_of_freedom():
+    """Issue 60 item 3: 21 windows give t(0.975, 20) = 2.086, not 1.96 (the seeds' term is
+    zero here, so the half-width is the window term alone)."""
+    flat = np.full((3, 2), 0.05)                         # no spread over the seeds
+    _, half = interval(flat, window=[0.01, 0.01], window_df=[20, 819])
+    assert half[0] == pytest.approx(2.086 * 0.01)
+    assert half[1] == pytest.approx(t_quantile(819) * 0.01) and t_quantile(819) < 1.97
+    assert interval(flat, window=[0.01, 0.01], window_df=20)[1] == pytest.approx([0.02086] * 2)
+    # the old calls, with no degrees of freedom, keep the normal quantile
+    assert interval(flat, window=[0.01, 0.01])[1] == pytest.approx([0.01959964] * 2)
+    # a lead of 0.0200 over a window error of 0.01: called by z, not by t(20)
+    near = np.full((3, 1), 0.0200)
+    assert called(near, [0.01]).tolist() == [True]
+    assert called(near, [0.01], window_df=20).tolist() == [False]
+    with pytest.raises(ValueError, match="0.95 or 0.90"):
+        interval(flat, level=0.8)
+
+
+def test_the_paired_window_error_is_the_error_of_the_per_window_difference():
+    a = np.array([[1.0, 2.0, 3.0, 4.0], [1.2, 2.2, 3.2, 4.2]])      # [seeds, windows]
+    b = a - np.array([0.1, 0.3, 0.2, 0.2])                           # the same windows, shifted
+    d = np.array([0.1, 0.3, 0.2, 0.2])
+    assert paired_window_error(a, b) == pytest.approx(d.std(ddof=1) / 2)
+    assert paired_window_error(a[0], b[0]) == pytest.approx(d.std(ddof=1) / 2)
+    # what makes a window hard for both cancels: far below the unpaired bound
+    se = a.std(1, ddof=1)[:, None] / 2
+    assert paired_window_error(a, b) < unpaired_error_bound(se, se)[0] / 10
+    assert np.isnan(paired_window_error([1.0], [0.9]))
+    assert np.isnan(paired_window_error([1.0, 2.0], [0.9, 1.0, 1.1]))
 
 
 def test_ties_nan_and_rounding_are_said_in_words():

@@ -23,7 +23,7 @@ from ..nn.bases import basis
 from ..nn.kernel import kernel_logits, sobolev_penalty
 from ..nn.model import CAT
 from ..nn.quadrature import neighbours
-from ..training.loop import penalty_weight
+from ..training.schedule import penalty_weight
 from .findings import DEFECTS, LONG_LENGTH, SOLVE, AuditError, Finding
 
 

@@ -7,9 +7,12 @@ lowest row at a budget, the crossings and the moonshot. Chapter 11's sentences a
 The study (:mod:`catlib.experiment.scale`) writes ``results/scale_<device>.json``:
 ``{"plan": {budget: seeds}, "rows": {row: {"points": [{"budget", "steps", "seeds",
 "train_flops", "seconds", "ce": {"<length>": [CE per seed]}, "se": {"<length>": [its
-standard error over the windows, per seed]}}]}}, "provenance": ...}``, a budget being a
-multiple of the KERPLE-prior CAT's training FLOPs at the book's steps. The chapter never
-trains it; it reads what is there and says what is not.
+standard error over the windows, per seed]}, "windows": {"<length>": n}, "window_ce":
+{"<length>": [each window's CE, the mean over the seeds]}}]}}, "provenance": ...}``, a
+budget being a multiple of the KERPLE-prior CAT's training FLOPs at the book's steps. The
+chapter never trains it; it reads what is there and says what is not. A margin whose
+window-sampling error the artefact cannot give (no standard error at that length) is not
+called (:func:`window_term`).
 
 At each budget and length the comparison is at equal training compute: every row spent
 the same FLOPs (within 5 %). "The best baseline" there is the lowest of the baseline rows
@@ -23,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.verdicts import called, pair_error
-from ..measure.evaluate import window_se
+from ..common.verdicts import called, paired_window_error, unpaired_error_bound
 from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, BIAS_KERNELS, BUCKETS, CONTROL,
                                 CONTROL_DEEP, EULER, EULER_DEEP, FIRE, FOX, KERPLE, KERPLE_LOG,
                                 KERPLE_ODE, ROPE)
@@ -119,57 +121,82 @@ def matrix(study: dict, row: str, budget: int, seeds, key: str = "ce") -> np.nda
         len(seeds), len(cols))
 
 
-def difference(study: dict, budget: int, seeds, above, below) -> tuple[np.ndarray, np.ndarray | None]:
+def difference(study: dict, budget: int, seeds, above, below) -> tuple[np.ndarray, np.ndarray]:
     """``(diff, window)``: CE(``above``) − CE(``below``) per seed and length ``[seeds,
     lengths]`` (each a row, or a row per length), and the window-sampling error of its mean
-    per length: from each window's pair of CEs where both points keep them for exactly
-    these seeds (:func:`paired_error`), else from the rows' own standard errors
-    (:func:`~catlib.common.verdicts.pair_error`, a conservative bound). ``window`` is None
-    for an artefact that stores no standard errors (one from before every window was
-    scored: its differences are judged on the seeds alone), NaN where one point lacks them."""
-    def per_length(rows, key):
-        rows = [rows] * len(lengths(study)) if isinstance(rows, str) else list(rows)
-        got = {r: matrix(study, r, budget, seeds, key) for r in set(rows)}
-        return np.stack([got[r][:, i] for i, r in enumerate(rows)], 1).reshape(len(seeds), len(rows))
-
-    window = pair_error(per_length(above, "se"), per_length(below, "se"))
-    rows_at = lambda rows: [rows] * len(lengths(study)) if isinstance(rows, str) else list(rows)
-    for i, (a, b, L) in enumerate(zip(rows_at(above), rows_at(below), lengths(study))):
-        paired = paired_error(point(study, a, budget), point(study, b, budget), L, seeds)
-        if paired is not None:
-            window[i] = paired
-    return per_length(above, "ce") - per_length(below, "ce"), None if np.isnan(window).all() else window
+    per length (:func:`window_term`, NaN where it is not known: such a margin is not called)."""
+    return _ce_difference(study, budget, seeds, above, below), window_term(
+        study, budget, seeds, above, below)[0]
 
 
-def paired_error(a: dict | None, b: dict | None, length: str, seeds) -> float | None:
-    """The window-sampling error of the mean difference CE(a) − CE(b) at ``length`` from each
-    window's CE (the points' ``window_ce``, means over their seeds): the standard deviation
-    over the windows of their difference over sqrt(windows). None where a point keeps no
-    per-window CEs or was not scored on exactly ``seeds`` (its mean is then another one)."""
-    if a is None or b is None or any(sorted(p["seeds"]) != sorted(seeds) for p in (a, b)):
-        return None
-    wa, wb = (p.get("window_ce", {}).get(length) for p in (a, b))
-    if wa is None or wb is None or len(wa) != len(wb) or len(wa) < 2:
-        return None
-    return window_se(np.subtract(wa, wb))
+def _ce_difference(study: dict, budget: int, seeds, above, below) -> np.ndarray:
+    """CE(``above``) − CE(``below``) ``[seeds, lengths]``."""
+    pairs = list(zip(_per_length(study, above), _per_length(study, below)))
+    ce = {r: matrix(study, r, budget, seeds) for pair in pairs for r in pair}
+    return np.array([[ce[a][k, i] - ce[b][k, i] for i, (a, b) in enumerate(pairs)]
+                     for k in range(len(seeds))], dtype=float).reshape(len(seeds), len(pairs))
+
+
+def window_term(study: dict, budget: int, seeds, above, below) -> tuple[np.ndarray, np.ndarray]:
+    """``(window, window_df)`` per length: the window-sampling error of the mean difference
+    CE(``above``) − CE(``below``) over ``seeds`` and its degrees of freedom (the windows − 1),
+    as :func:`~catlib.common.verdicts.interval` takes them.
+
+    The error is paired (:func:`~catlib.common.verdicts.paired_window_error`) where both
+    points keep each window's CE and were scored on exactly these seeds (their ``window_ce``
+    is the mean over their own seeds); else it is bounded from the rows' own standard errors
+    (:func:`~catlib.common.verdicts.unpaired_error_bound`), on the fewer of the two points'
+    recorded windows. A point that does not record its number of windows gets one degree of
+    freedom, t(0.975, 1) = 12.7: a standard error needs two windows at least, so no
+    quantile that could hold is wider. NaN where a point keeps no standard error at a length
+    (an artefact from before every window was scored, or a length scored without one):
+    the error is not known there, and the margin is not called on its seeds alone (issue
+    60: the rule never gets looser where less is known)."""
+    window, df = [], []
+    for a, b, L in zip(_per_length(study, above), _per_length(study, below), lengths(study)):
+        pa, pb = point(study, a, budget), point(study, b, budget)
+        own = all(p is not None and sorted(p["seeds"]) == sorted(seeds) for p in (pa, pb))
+        wa, wb = ((p.get("window_ce", {}).get(L) for p in (pa, pb)) if own else (None, None))
+        if wa is not None and wb is not None and len(wa) == len(wb) > 1:
+            window.append(paired_window_error(wa, wb))
+            df.append(len(wa) - 1)
+            continue
+        se = [matrix(study, r, budget, seeds, "se")[:, lengths(study).index(L)] for r in (a, b)]
+        window.append(float(unpaired_error_bound(*se)) if len(seeds) else np.nan)
+        counts = [(p or {}).get("windows", {}).get(L) for p in (pa, pb)]
+        df.append(min(counts) - 1 if None not in counts else 1)
+    return np.array(window, dtype=float), np.array(df, dtype=float)
+
+
+def _per_length(study: dict, rows) -> list[str]:
+    """A row, or a row per length, as a row per length."""
+    return [rows] * len(lengths(study)) if isinstance(rows, str) else list(rows)
+
+
+def compare(study: dict, budget: int, seeds, above, below) -> dict:
+    """``{"diff", "window", "window_df", "called"}``: CE(``above``) − CE(``below``) per seed
+    and length (:func:`difference`), its window term (:func:`window_term`) and whether the
+    book's rule calls it (:func:`~catlib.common.verdicts.called`)."""
+    diff = _ce_difference(study, budget, seeds, above, below)
+    window, df = window_term(study, budget, seeds, above, below)
+    return {"diff": diff, "window": window, "window_df": df, "called": called(diff, window, df)}
 
 
 def lead_at(study: dict, row: str, budget: int, seeds=None, against=BASELINE_ROWS) -> dict | None:
     """``row`` against the best of ``against`` (default: the baselines) at ``budget`` on
     ``seeds`` (default: its compared seeds): ``{"seeds", "best": [row per length], "diff":
-    [seeds, lengths], "window": [lengths] or None, "called": [lengths]}``, where ``best`` is
+    [seeds, lengths], "window": [lengths], "called": [lengths]}``, where ``best`` is
     the row of ``against`` with the lowest mean CE over those seeds at each length and
-    ``diff`` = CE(best) − CE(row) per seed (> 0: ``row`` leads), called by the book's rule.
-    None where a row of ``against`` or a seed is missing."""
+    ``diff`` = CE(best) − CE(row) per seed (> 0: ``row`` leads), called by the book's rule
+    (:func:`compare`: also ``"window_df"``, and ``window`` NaN where it is not known). None
+    where a row of ``against`` or a seed is missing."""
     against = tuple(against)
     seeds = compared_seeds(study, row, budget, against) if seeds is None else list(seeds)
     if not seeds or not set(seeds) <= set(compared_seeds(study, row, budget, against)):
         return None
     base = {r: matrix(study, r, budget, seeds).mean(0) for r in against}
     best = [min(against, key=lambda r: _rank(base[r][i])) for i in range(len(lengths(study)))]
-    diff, window = difference(study, budget, seeds, best, row)
-    return {"seeds": seeds, "best": best, "diff": diff, "window": window,
-            "called": called(diff, window)}
+    return {"seeds": seeds, "best": best, **compare(study, budget, seeds, best, row)}
 
 
 def _rank(ce: float) -> tuple:
@@ -255,7 +282,8 @@ def moonshot(study: dict, row: str) -> dict:
             untested.append(b)
             continue
         lead = lead_at(study, row, b, against=against)
-        mean, short = lead["diff"].mean(0), called(lead["diff"] - MOON_LEAD, lead["window"])
+        mean, short = lead["diff"].mean(0), called(lead["diff"] - MOON_LEAD, lead["window"],
+                                                     lead["window_df"])
         above = above and bool((short & (mean > MOON_LEAD)).all())
         below = below or bool((short & (mean < MOON_LEAD)).any())
         for m, L, best in zip(mean, lengths(study), lead["best"]):
@@ -269,8 +297,9 @@ def lowest(study: dict, budget: int) -> dict | None:
     """At ``budget``, on the seeds every row shares: ``{"seeds", "firsts": [the lowest row
     per length, None where a row was not measured there], "nexts": [the next row],
     "unmeasured": {length: [rows not measured there]}, "diff": the next row's CE minus the
-    lowest's [seeds, lengths], "window", "called": [lengths]}`` (the margin called by the
-    book's rule); None where no seed was measured on every row."""
+    lowest's [seeds, lengths], "window", "window_df", "called": [lengths]}`` (the margin
+    called by the book's rule, :func:`compare`); None where no seed was measured on every
+    row."""
     ls, rows = lengths(study), list(study["rows"])
     seeds = common_seeds(study, budget, rows)
     if not seeds:
@@ -280,24 +309,22 @@ def lowest(study: dict, budget: int) -> dict | None:
     ranked = [sorted(rows, key=lambda r: _rank(ce[r][:, i].mean())) for i in range(len(ls))]
     firsts = [None if unmeasured[L] else r[0] for L, r in zip(ls, ranked)]
     nexts = [r[1] if len(r) > 1 else r[0] for r in ranked]
-    diff, window = difference(study, budget, seeds, nexts, [r[0] for r in ranked])
     return {"seeds": seeds, "firsts": firsts, "nexts": nexts,
             "unmeasured": {L: r for L, r in unmeasured.items() if r},
-            "diff": diff, "window": window, "called": called(diff, window)}
+            **compare(study, budget, seeds, nexts, [r[0] for r in ranked])}
 
 
 def row_leads(study: dict, row: str, rival: str) -> dict[int, dict]:
     """Per budget, ``row`` against ``rival`` on their common seeds: ``{budget: {"seeds",
-    "diff": CE(rival) − CE(row) [seeds, lengths], "window", "called"}}`` (> 0: ``row`` is
-    lower); empty where the study lacks either row."""
+    "diff": CE(rival) − CE(row) [seeds, lengths], "window", "window_df", "called"}}``
+    (:func:`compare`; > 0: ``row`` is lower); empty where the study lacks either row."""
     if not {row, rival} <= set(study["rows"]):
         return {}
     out = {}
     for b in budgets(study):
         seeds = common_seeds(study, b, (row, rival))
         if seeds:
-            diff, window = difference(study, b, seeds, rival, row)
-            out[b] = {"seeds": seeds, "diff": diff, "window": window, "called": called(diff, window)}
+            out[b] = {"seeds": seeds, **compare(study, b, seeds, rival, row)}
     return out
 
 

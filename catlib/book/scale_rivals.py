@@ -5,11 +5,16 @@ control, read from the scale study's artefact.
 
 Every lead is CE(rival) − CE(Euler CAT), mean over the seeds both rows share at a budget
 (> 0: the kernel is lower), said at the shortest and the longest length as separate
-clauses and called by the book's rule (:func:`~catlib.common.verdicts.called`).
-:func:`rival_verdicts` says each budget; :func:`rivals_answer` says the whole in a few
-sentences for the chapter's answer, the abstract and the README, ending on what the kernel
-adds: more than a learned bias where it is ahead of every one of them, called, at every
-budget and at both lengths; else a learned bias's gain, naming the biases that match it.
+clauses, each with one of the book's words (:func:`~catlib.common.verdicts.reading`):
+"ahead" (or "behind") where its 95 % interval excludes zero, "the same within 0.02" where
+its 90 % interval lies inside that margin, both where both hold, and "not resolved" where
+neither does. A difference that is not called is never said to be "the same": with three
+seeds most are neither. :func:`rival_verdicts` says each budget; :func:`rivals_answer`
+says the whole in a few sentences for the chapter's answer, the abstract and the README,
+ending on what the kernel adds: more than a learned bias where it is ahead of every one of
+them at every budget and at both lengths; a learned bias's gain where one is the same
+within the margin, or beats it; else that the question is not resolved, naming the biases
+it is not resolved against.
 """
 from __future__ import annotations
 
@@ -17,19 +22,62 @@ import numpy as np
 
 from ..common.formatting import md_table, signed
 from ..common.provenance import commit_of
-from ..common.verdicts import called_words, listed, nats_range
+from ..common.verdicts import (AHEAD, BEHIND, MARGIN, NOT_RESOLVED, listed, reading,
+                               same_words, times_listed)
 from ..experiment.scale import BIAS_KERNELS, CONTROL, CONTROL_DEEP, EULER, EULER_DEEP
 from .scale_readings import KERNEL_RIVALS, budgets, lengths, name, per_seed, row_leads
 from .scale_tables import seeds_text
 
-CALLED_WORD = {True: "called", False: "not called"}
+
+
+def words(lead: dict) -> list[str]:
+    """The book's word per length (:func:`~catlib.common.verdicts.reading`) for a comparison
+    of :func:`~catlib.book.scale_readings.row_leads` (``diff`` = CE(rival) − CE(row), its
+    window term and, where the artefact records it, the window term's degrees of freedom)."""
+    return reading(lead["diff"], lead["window"], window_df=lead.get("window_df"))
+
+
+def reading_words(cells) -> str:
+    """The words of a clause's cells ``[(budget, length, word)]``: the word where every
+    cell reads it ("not resolved"), else each word with where it holds ("ahead at 4×; not
+    resolved at 1× and 2×"; a budget named whole where all its cells agree)."""
+    said = list(dict.fromkeys(w for *_, w in cells))
+    if len(said) == 1:
+        return said[0]
+    out = []
+    for word in said:
+        named: dict[tuple, list] = {}      # the lengths named at a budget (none: all) -> budgets
+        for b in dict.fromkeys(c[0] for c in cells):
+            mine = [L for bb, L, w in cells if bb == b and w == word]
+            every = [L for bb, L, _ in cells if bb == b]
+            if mine:
+                named.setdefault(() if mine == every else tuple(mine), []).append(b)
+        out.append(f"{word} at " + listed([f"{listed(ls)} at {times_listed(bs)}" if ls else
+                                           times_listed(bs) for ls, bs in named.items()]))
+    return "; ".join(out)
+
+
+def words_rule(margin: float = MARGIN) -> str:
+    """The book's words for a comparison, in a sentence said once on a page that uses them:
+    what "ahead", "the same within 0.02" and "not resolved" mean."""
+    return (f"The kernel's comparisons say one of the book's words. A lead is {AHEAD} (or "
+            f"{BEHIND}) where its 95 % interval excludes zero and {same_words(margin)} where its "
+            f"90 % interval lies inside ±{margin:g} nats; where both hold it is \"{AHEAD}, by "
+            f"less than {margin:g}\", where neither, {NOT_RESOLVED}. A lead that is not called "
+            "is not a tie.")
+
+
+def lead_range(values) -> str:
+    """Leads in a sentence, signed (a lead may be negative): "+0.031", "-0.008 to +0.002"."""
+    cells = list(dict.fromkeys(_cell(v) for v in sorted(values)))
+    return cells[0] if len(cells) == 1 else f"{cells[0]} to {cells[-1]}"
 
 
 def rival_verdicts(study: dict) -> list[str]:
     """The Euler CAT's kernel against what else its block could hold, budget by budget:
     ALiBi's fixed bias at depth and each learned bias, the lead at the shortest and at the
-    longest length as separate clauses, each called or not by the book's rule; for rivals
-    the artefact lacks, one line saying so."""
+    longest length as separate clauses, each with the book's word (:func:`words`); for
+    rivals the artefact lacks, one line saying so."""
     ls, out, absent = lengths(study), [], []
     for row, rival in KERNEL_RIVALS[1:]:
         got = row_leads(study, row, rival)
@@ -37,8 +85,8 @@ def rival_verdicts(study: dict) -> list[str]:
             absent.append(name(rival))
             continue
         for b, g in got.items():
-            mean = g["diff"].mean(0)
-            ends = [f"{signed(mean[i])} nats at {ls[i]} ({CALLED_WORD[bool(g['called'][i])]})"
+            mean, said = g["diff"].mean(0), words(g)
+            ends = [f"{signed(mean[i])} nats at {ls[i]} ({said[i]})"
                     if np.isfinite(mean[i]) else f"not measured at {ls[i]}" for i in (0, len(ls) - 1)]
             out.append(f"At {b}× ({seeds_text(g['seeds'])}), the {name(row)}'s lead over the "
                        f"{name(rival)}: {ends[0]}; {ends[1]}.")
@@ -51,52 +99,62 @@ def rival_verdicts(study: dict) -> list[str]:
 def end_reading(study: dict, row: str, rival: str) -> dict | None:
     """``row`` against ``rival`` at the shortest and the longest length over the budgets
     both were measured on: ``{"lengths": (short, long), "means": [2, budgets] mean leads,
-    "cells": [[(budget, length, called)] per end]}``; None where the study lacks either."""
+    "cells": [[(budget, length, word)] per end] (:func:`words`), "seeds": the numbers of
+    seeds compared}``; None where the study lacks either."""
     got = row_leads(study, row, rival)
     if not got:
         return None
     ls = lengths(study)
     ends = (0, len(ls) - 1)
+    said = {b: words(g) for b, g in got.items()}
     means = np.array([[g["diff"][:, i].mean() for g in got.values()] for i in ends])
-    cells = [[(b, ls[i], bool(g["called"][i])) for b, g in got.items()] for i in ends]
-    return {"lengths": (ls[0], ls[-1]), "means": means, "cells": cells}
+    cells = [[(b, ls[i], said[b][i]) for b in got] for i in ends]
+    return {"lengths": (ls[0], ls[-1]), "means": means, "cells": cells,
+            "seeds": sorted({len(g["seeds"]) for g in got.values()})}
 
 
-def _end_words(means, cells, length: str) -> str:
-    """One end of a comparison in words: "ahead by 0.012-0.020 nats at 128 (called)",
-    "behind by ...", or "between -0.003 and +0.004 nats at 5000 (not called)"."""
+def _end(means, cells) -> tuple[str, str] | None:
+    """One end of a comparison: its leads (:func:`lead_range`) and their words
+    (:func:`reading_words`) over the budgets measured there; None where none was."""
     means = np.asarray(means, dtype=float)
-    finite = means[np.isfinite(means)]
-    if not finite.size:
-        return f"not measured at {length}"
-    said = called_words([c for c, m in zip(cells, means) if np.isfinite(m)])
-    if (finite > 0).all():
-        return f"ahead by {nats_range(finite)} nats at {length} ({said})"
-    if (finite < 0).all():
-        return f"behind by {nats_range(-finite)} nats at {length} ({said})"
-    return f"between {_cell(finite.min())} and {_cell(finite.max())} nats at {length} ({said})"
+    kept = [(m, c) for m, c in zip(means, cells) if np.isfinite(m)]
+    if not kept:
+        return None
+    return lead_range([m for m, _ in kept]), reading_words([c for _, c in kept])
 
 
-def _both_ends(reading: dict) -> list[str]:
-    """:func:`_end_words` of a reading (:func:`end_reading`) at its shortest and longest length."""
-    return [_end_words(reading["means"][i], reading["cells"][i], reading["lengths"][i]) for i in (0, 1)]
+def _both_ends(reading: dict) -> str:
+    """A comparison at its shortest and longest length in words: "+0.031 to +0.043 nats at
+    128 and +0.033 to +0.046 at 5000 (not resolved, at both lengths)", or each end with its
+    own words ("... at 128 (not resolved) and +0.464 to +0.766 at 5000 (ahead)")."""
+    ends = [_end(reading["means"][i], reading["cells"][i]) for i in (0, 1)]
+    ls = reading["lengths"]
+    if None in ends:
+        return " and ".join(f"not measured at {L}" if e is None else
+                            f"{e[0]} nats at {L} ({e[1]})" for e, L in zip(ends, ls))
+    (lead0, said0), (lead1, said1) = ends
+    if said0 == said1:
+        both = f"{said0}, at both lengths" if ";" not in said0 else f"at both lengths: {said0}"
+        return f"{lead0} nats at {ls[0]} and {lead1} at {ls[1]} ({both})"
+    return f"{lead0} nats at {ls[0]} ({said0}) and {lead1} at {ls[1]} ({said1})"
 
 
 def standing(reading: dict) -> str:
-    """How a comparison reads over every budget and both lengths, by the book's rule:
-    "ahead" (the kernel lower, called everywhere), "partly" (the kernel lower where a
-    difference is called, not everywhere called), "level" (nothing called), "behind" (the
-    rival lower where called) or "turns" (called both ways)."""
-    means = reading["means"]
-    called = np.array([[c for *_, c in end] for end in reading["cells"]])
-    up, down = bool((called & (means > 0)).any()), bool((called & (means < 0)).any())
+    """How a comparison reads over every budget and both lengths, in the book's words:
+    "ahead" (the kernel ahead everywhere), "partly" (ahead somewhere, behind nowhere),
+    "same" (the same within the margin everywhere, ahead nowhere), "behind" (the rival
+    ahead somewhere, the kernel nowhere), "turns" (ahead somewhere, behind elsewhere) or
+    "unresolved" (neither called anywhere nor the same everywhere: a few seeds)."""
+    said = [w for end in reading["cells"] for *_, w in end]
+    up, down = (any(w.startswith(side) for w in said) for side in (AHEAD, BEHIND))
+    measured = np.isfinite(reading["means"]).all()
     if up and down:
         return "turns"
     if down:
         return "behind"
-    if not up:
-        return "level"
-    return "ahead" if np.isfinite(means).all() and (means > 0).all() and called.all() else "partly"
+    if up:
+        return "ahead" if measured and all(w.startswith(AHEAD) for w in said) else "partly"
+    return "same" if measured and all(w == same_words() for w in said) else "unresolved"
 
 
 def _readings(study: dict) -> dict:
@@ -107,11 +165,13 @@ def _readings(study: dict) -> dict:
 
 def _conclusion(study: dict, readings: dict) -> str | None:
     """What the learned biases make of the kernel's gain, as a clause: "the kernel adds
-    more than a learned bias: ..." where it is ahead of every one, called, everywhere; "...
-    in part" where it is lower than each where called but not called everywhere; else "the
-    kernel's gain over ALiBi is a learned bias's gain: ..." naming the biases it is not
-    separated from, those that beat it and those it meets by turns; None without learned
-    biases."""
+    more than a learned bias: ..." where it is ahead of every one everywhere; "... in part"
+    where it is ahead of each somewhere and behind none; "the kernel's gain over ALiBi is a
+    learned bias's gain: ..." where a bias is the same within the margin everywhere, beats
+    it, or meets it by turns (naming them, and those it is not resolved against); else
+    "whether the kernel adds more than a learned bias is not resolved on 3 seeds: ...",
+    naming the biases against which nothing is called and not everything is the same
+    within the margin. None without learned biases."""
     if not readings:
         return None
     kinds = {b: standing(r) for b, r in readings.items()}
@@ -119,16 +179,20 @@ def _conclusion(study: dict, readings: dict) -> str | None:
     bs = budgets(study)
     where = "at every budget" if len(bs) > 1 else f"at {bs[0]}×"
     if set(kinds.values()) == {"ahead"}:
-        return ("the kernel adds more than a learned bias: it is ahead of every one of them, "
-                f"called, {where} and at both lengths")
+        return f"the kernel adds more than a learned bias: it is ahead of every one of them {where} and at both lengths"
     if set(kinds.values()) <= {"ahead", "partly"}:
-        return ("the kernel adds more than a learned bias in part: it is lower than each of "
-                f"them wherever a difference is called, but not called everywhere against {named('partly')}")
-    who = [f"{words} {named(kind)}" for kind, words in (("level", "not separated from"),
-                                                        ("behind", "beaten by"),
-                                                        ("turns", "lower and higher by turns than"))
-           if kind in kinds.values()]
-    return f"the kernel's gain over ALiBi is a learned bias's gain: by the book's rule it is {listed(who)}"
+        return ("the kernel adds more than a learned bias in part: it is ahead of each of them "
+                f"somewhere and behind none, but not ahead everywhere of {named('partly')}")
+    if set(kinds.values()) & {"same", "behind", "turns"}:
+        who = [f"{words} {named(kind)}" for kind, words in ((
+            "same", f"{same_words()} as"), ("behind", "beaten by"),
+            ("turns", "lower and higher by turns than"), ("unresolved", "not resolved against"))
+            if kind in kinds.values()]
+        return f"the kernel's gain over ALiBi is a learned bias's gain: by the book's rule it is {listed(who)}"
+    seeds = sorted({n for b, r in readings.items() if kinds[b] == "unresolved" for n in r["seeds"]})
+    on = f" on {listed(seeds)} seed{'s' * (seeds != [1])}"
+    return (f"whether the kernel adds more than a learned bias is not resolved{on}: against "
+            f"{named('unresolved')} no lead is called, nor is every one {same_words()}")
 
 
 def _depth(study: dict) -> tuple[str, dict] | None:
@@ -139,7 +203,8 @@ def _depth(study: dict) -> tuple[str, dict] | None:
         return None
     return {"ahead": "survives at depth", "partly": "survives at depth in part",
             "behind": "is reversed at depth", "turns": "changes sign at depth",
-            "level": "is not resolved at depth"}[standing(deep)], deep
+            "same": f"is gone at depth ({same_words()})",
+            "unresolved": "is not resolved at depth"}[standing(deep)], deep
 
 
 def rivals_short(study: dict) -> str:
@@ -158,26 +223,25 @@ def rivals_short(study: dict) -> str:
 
 
 def rivals_answer(study: dict) -> str:
-    """The answer to "what does the kernel add over a learned bias?" in a few sentences:
-    the Euler CAT against each learned bias and FoX, a sentence each, at the shortest and the
-    longest length over the budgets; what that makes of the kernel's gain; and whether its
-    lead over ALiBi's bias survives at depth. "" where the study has none of these rows."""
-    readings = _readings(study)
+    """The answer to "what does the kernel add over a learned bias?" in a few sentences,
+    in the book's words (:func:`words_rule` says them once, beside it): the Euler CAT's
+    lead over each learned bias and FoX, a sentence each, at the shortest and the longest length over the budgets;
+    what that makes of the kernel's gain; and whether its lead over ALiBi's bias survives at
+    depth. "" where the study has none of these rows."""
+    readings, depth = _readings(study), _depth(study)
     said = []
     rate = (" (each row at the rate the sweep chose for it)"
             if study.get("rates", {}).get("from") == "sweep" else " (every row at one rate)")
     for k, (bias, r) in enumerate(readings.items()):
-        ends = _both_ends(r)
         said.append(f"Against the {name(bias)} in its block at the same compute{rate if k == 0 else ''}, "
-                    f"the Euler CAT's kernel is {ends[0]} and {ends[1]}.")
+                    f"the Euler CAT's lead is {_both_ends(r)}.")
     clause = _conclusion(study, readings)
     if clause:
         said.append(f"So {clause}.")
-    if (depth := _depth(study)) is not None:
+    if depth is not None:
         verb, deep = depth
-        ends = _both_ends(deep)
-        said.append(f"The kernel's lead over ALiBi's bias {verb}: the {name(EULER_DEEP)} against "
-                    f"the same blocks with ALiBi's bias is {ends[0]} and {ends[1]}.")
+        said.append(f"The kernel's lead over ALiBi's bias {verb}: the {name(EULER_DEEP)}'s lead "
+                    f"over the same blocks with ALiBi's bias is {_both_ends(deep)}.")
     return " ".join(said)
 
 
@@ -233,4 +297,5 @@ def at_one_budget_text(studies: dict, budget: int = 1) -> str:
     prov = study.get("provenance", {})
     view = at_budget(study, budget)
     return (f"Read from `results/scale_{device}.json` (commit {commit_of(prov)}, {prov.get('date', 'date unknown')}), "
-            f"the study's own runs at {budget}×, not this build's:\n\n{table}\n\n{rivals_answer(view)}")
+            f"the study's own runs at {budget}×, not this build's:\n\n{table}\n\n{words_rule()} "
+            f"{rivals_answer(view)}")

@@ -3,9 +3,12 @@ row against the best baseline, the Euler CAT against its kernel control, the moo
 what the artefact lacks; :func:`chapter_texts` gathers them for chapter 11.
 
 Every difference is called by the book's one rule (:func:`~catlib.common.verdicts.called`:
-its 95 % interval over seeds and windows excludes zero). A lead at the training length and
-a lead at longer lengths are said apart, each with the row it is against; a crossing is
-stated only where the order is called on both sides of it.
+its 95 % interval over seeds and windows excludes zero); the kernel's comparisons (its
+control, the learned biases) say the book's words for it, "ahead", "the same within 0.02"
+or "not resolved" (:func:`~catlib.book.scale_rivals.words`), so that a margin not called
+never reads as a tie. A lead at the training length and a lead at longer lengths are said
+apart, each with the row it is against; a crossing is stated only where the order is called
+on both sides of it.
 
 The artefact is read by :mod:`catlib.book.scale_readings` and shown by
 :mod:`catlib.book.scale_tables`; their names are importable from here too, as the chapter
@@ -25,7 +28,8 @@ from .scale_readings import (CAT_ROWS, KERNEL_RIVALS, MOON_LEAD, NAMES, STUDY_DE
                              difference, kernel_leads, lead_at, lead_path, leads, lengths,
                              load_studies, lowest, matrix, moonshot, name, per_seed, point,
                              unit_flops, within_budget)
-from .scale_rivals import rival_verdicts, rivals_answer, rivals_short  # noqa: F401
+from .scale_rivals import (lead_range, reading_words, rival_verdicts, rivals_answer,  # noqa: F401
+                           rivals_short, words, words_rule)
 from .scale_tables import (ce_table, crossing_caption, draw, frontier_figure,  # noqa: F401
                            lead_table, overfit_table, seeds_text)
 
@@ -37,14 +41,13 @@ def _noise(cells, seeds) -> str:
 
 def _kind(found: dict | None) -> tuple:
     """How a budget reads (:func:`~catlib.book.scale_readings.lowest`), as a key that joins
-    consecutive budgets said in one sentence: the same lowest row on the same seeds."""
+    consecutive budgets said in one sentence: the same row lowest at each length, on the
+    same seeds (two budgets whose rows lead apart at some length are said apart, issue 60)."""
     if found is None:
         return ("no seed",)
     if found["unmeasured"]:
         return ("unmeasured", tuple((L, tuple(r)) for L, r in found["unmeasured"].items()))
-    if len(set(found["firsts"])) > 1:
-        return ("split", tuple(found["seeds"]))
-    return ("row", found["firsts"][0], tuple(found["seeds"]))
+    return ("lowest", tuple(found["firsts"]), tuple(found["seeds"]))
 
 
 def _against(bs, found: list[dict], part) -> str | None:
@@ -114,7 +117,8 @@ def budget_verdict(study: dict, budget: int) -> str:
 
 def lowest_over_budgets(study: dict) -> str:
     """The answer's first sentences: :func:`budget_verdict` over runs of consecutive budgets
-    that read alike (the same lowest row, next rows and seeds), said once: "At 1× and 2× (3
+    that read alike (:func:`_kind`: the same row lowest at each length, on the same seeds;
+    the next rows may differ, and are named per budget), said once: "At 1× and 2× (3
     seeds), the Euler CAT is lowest at every length, by 0.007-0.012 nats at 128 over the
     RoPE baseline (not called); by 0.053-0.073 beyond 128 over the ALiBi baseline (called).
     At 4×, ..."; the seeds are named where they differ from the first run's."""
@@ -199,24 +203,25 @@ def lead_verdict(study: dict, row: str) -> str:
 def kernel_clause(study: dict) -> str:
     """One sentence for the answer: the Euler CAT against its kernel control at every length
     of the budgets both were measured on with the same seeds (named, where they are not all
-    of the study's), where the sign agrees, and whether that is called; "" where the study
-    has no control (:func:`~catlib.book.scale_readings.kernel_leads`)."""
+    of the study's), where the sign agrees, and the book's word for it
+    (:func:`~catlib.book.scale_rivals.words`: ahead, the same within 0.02, not resolved);
+    "" where the study has no control (:func:`~catlib.book.scale_readings.kernel_leads`)."""
     got = kernel_leads(study)
     if not got:
         return ""
     means = np.concatenate([g["diff"].mean(0) for g in got.values()])
-    cells = [(b, L, bool(c)) for b, g in got.items() for L, c in zip(lengths(study), g["called"])]
+    cells = [(b, L, w) for b, g in got.items() for L, w in zip(lengths(study), words(g))]
     where = ("at every budget and length" if list(got) == budgets(study) else
              f"at every length at {_times(got)} (its control's only budget{'s' if len(got) > 1 else ''})")
     gaps = f"; not measured at {listed(sorted({L for b, L, _ in cells if not np.isfinite(means[0])}))}" \
         if not np.isfinite(means).all() else ""
     means = means[np.isfinite(means)]
     if (means > 0).all():
-        return (f"The Euler CAT's learned kernel beats ALiBi's bias in its block by "
-                f"{nats_range(means)} nats {where} ({called_words(cells)}){gaps}.")
+        return (f"The Euler CAT's learned kernel leads ALiBi's bias in its block by "
+                f"{nats_range(means)} nats {where} ({reading_words(cells)}){gaps}.")
     if (means < 0).all():
-        return (f"ALiBi's bias in the Euler CAT's block beats its learned kernel by "
-                f"{nats_range(-means)} nats {where} ({called_words(cells)}){gaps}.")
+        return (f"ALiBi's bias in the Euler CAT's block leads its learned kernel by "
+                f"{nats_range(-means)} nats {where} ({reading_words(cells)}){gaps}.")
     return "The Euler CAT's learned kernel and ALiBi's bias in its block lead by turns."
 
 
@@ -232,24 +237,43 @@ def answer(study: dict) -> str:
 
 
 def kernel_verdicts(study: dict) -> list[str]:
-    """Per budget, the Euler CAT against its control (:func:`~catlib.book.scale_readings.kernel_leads`),
-    by the book's rule: is the Euler CAT's lead its kernel's? (:func:`~catlib.common.verdicts.verdict`)."""
-    return [f"At {b}× ({seeds_text(g['seeds'])}), "
-            + verdict(-g["diff"], lengths(study), name(EULER), name(CONTROL), window=g["window"])
-            for b, g in kernel_leads(study).items()]
+    """Per budget, the Euler CAT against its control (:func:`~catlib.book.scale_readings.kernel_leads`):
+    is the Euler CAT's lead its kernel's? Its lead at each length with the book's word
+    (:func:`~catlib.book.scale_rivals.words`), said once where every length reads alike."""
+    ls, out = lengths(study), []
+    for b, g in kernel_leads(study).items():
+        mean, said = g["diff"].mean(0), words(g)
+        if not np.isfinite(mean).all():
+            leads = verdict(-g["diff"], ls, name(EULER), name(CONTROL), window=g["window"],
+                            window_df=g["window_df"])
+        elif len(set(said)) == 1:
+            leads = f"{lead_range(mean)} nats at every length ({said[0]})."
+        else:
+            leads = "; ".join(f"{lead_range([m])} nats at {L} ({w})" for m, L, w in zip(mean, ls, said)) + "."
+        out.append(f"At {b}× ({seeds_text(g['seeds'])}), the {name(EULER)}'s lead over the "
+                   f"{name(CONTROL)}: {leads}")
+    return out
 
 
-def rule_text(rebuild: float | None, paired: bool = False) -> str:
+def rule_text(rebuild: float | None, paired: bool = False, errors: bool = True) -> str:
     """How chapter 11 calls a margin, with the rebuild spread said beside the rule (no floor);
-    ``paired``: the artefact's points keep each window's CE (the window error is paired)."""
+    ``paired``: the artefact's points keep each window's CE (the window error is paired);
+    ``errors``: they keep standard errors at all (else no margin is called, and the text says
+    why). A margin whose window error is not known is never called on its seeds alone
+    (:func:`~catlib.book.scale_readings.window_term`)."""
     text = ("A margin is called where its 95 % interval excludes zero: the mean of the paired "
             "differences over the seeds ± the root of the sum of two squares: t(0.975, seeds − 1) "
-            "× their standard error over the seeds, and 1.96 × the window-sampling error of the "
+            "× their standard error over the seeds, and t(0.975, windows − 1) × the "
+            "window-sampling error of the "
             + ("difference, from each window's pair of CEs. " if paired else
                "difference. That error is bounded from each row's own standard error, as the "
                "artefact keeps no per-window CEs; the bound is loose, since the rows read "
-               "the same windows. ")
-            + "With one seed no interval can be formed and a margin is not called.")
+               "the same windows. " if errors else
+               "difference, which this artefact cannot give: its points keep no standard "
+               "error, so no margin is called. ")
+            + "Where a point keeps no standard error at a length, its margins there are not "
+            "called, whatever the seeds say. With one seed no interval can be formed and a "
+            "margin is not called.")
     if rebuild is not None:
         text += (f" A rebuild on another CPU kernel dispatch moved a row by up to "
                  f"{rebuild:.3f} nats; a rebuild changes a run's trajectory as a seed does, so "
@@ -261,7 +285,7 @@ def rule_example(study: dict) -> str:
     """The rule worked through on one margin of the study, for the reproducibility page: the
     Euler CAT's lead over the best baseline at the shortest length, at the first budget
     where it has two seeds or more ("" where there is none)."""
-    from ..common.verdicts import Z975, interval, t_quantile
+    from ..common.verdicts import interval, t_quantile
 
     for b in budgets(study):
         lead = lead_at(study, EULER, b) if EULER in study["rows"] else None
@@ -270,17 +294,19 @@ def rule_example(study: dict) -> str:
     else:
         return ""
     d, n, L = lead["diff"][:, 0], len(lead["seeds"]), lengths(study)[0]
-    w = 0.0 if lead["window"] is None else float(lead["window"][0])
-    mean, half = interval(lead["diff"][:, :1], None if lead["window"] is None else [w])
-    seed_half = t_quantile(n - 1) * d.std(ddof=1) / np.sqrt(n)
+    w, df = float(lead["window"][0]), int(lead["window_df"][0])
+    mean, half = interval(lead["diff"][:, :1], [w], window_df=[df])
+    if not np.isfinite(half[0]):
+        return ""      # no window error at this length: nothing to work through
+    seed_half, tw = t_quantile(n - 1) * d.std(ddof=1) / np.sqrt(n), t_quantile(df)
     verdict_words = "excludes zero: called" if abs(mean[0]) > half[0] else "includes zero: not called"
     return (f"At {b}× and {L} characters the Euler CAT's lead over the {name(lead['best'][0])} "
             f"is {listed([signed(x) for x in d])} in seeds {listed(lead['seeds'])} (mean "
             f"{signed(mean[0])}). The seeds give t(0.975, {n - 1}) = {t_quantile(n - 1):.3f} × "
             f"{d.std(ddof=1):.4f} / √{n} = {seed_half:.4f}; the windows' error of the difference, "
-            f"{w:.4f}, gives 1.96 × {w:.4f} = {Z975 * w:.4f}; together √({seed_half:.4f}² + "
-            f"{Z975 * w:.4f}²) = {half[0]:.4f}. The interval, {signed(mean[0])} ± {half[0]:.4f}, "
-            f"{verdict_words}.")
+            f"{w:.4f}, gives t(0.975, {df}) = {tw:.3f} × {w:.4f} = {tw * w:.4f}; together "
+            f"√({seed_half:.4f}² + {tw * w:.4f}²) = {half[0]:.4f}. The interval, "
+            f"{signed(mean[0])} ± {half[0]:.4f}, {verdict_words}.")
 
 
 def moon_lines(study: dict) -> list[str]:
@@ -339,21 +365,29 @@ def method_text(study: dict) -> str:
 
 def cost_text(study: dict) -> str:
     """What training and scoring the study cost, in wall minutes, from its artefact, as a
-    clause: ", made in 137 minutes on 2 CPU cores, in 2 sessions (113 for 11 rows, then 23
-    for 2 rows)" ("" where the artefact records no time); a session's rows are the rows it
-    trained."""
-    if "wall_seconds" not in study:
+    clause: ", made in 137 minutes on 2 CPU cores, in 2 runs of `make scale` (113 for 11
+    rows, then 23 for 2 rows)" ("" where the artefact records no time). Each run of
+    ``make scale`` counted is one that trained a run the study holds (``invocations``,
+    :func:`catlib.book.scale.invocations`), its rows the rows it trained; one killed is said
+    so ("40 for 3 rows before it was killed": its minutes up to its last finished run). An artefact written before it kept
+    ``invocations`` is read from its ``earlier`` and itself, less those that trained no
+    row."""
+    from .scale import earlier_invocations
+
+    runs = earlier_invocations(study)
+    if not runs:
         return ""
-    sessions = [*study.get("earlier", []), study]
-    minutes = [s["wall_seconds"] / 60 for s in sessions]
+    minutes = [r["wall_seconds"] / 60 for r in runs]
     prov = study.get("provenance", {})
     on = (f" on {prov['cpus']} CPU cores" if (prov.get("device") or {}).get("type") == "cpu"
           and prov.get("cpus") else "")
-    text = f", made in {sum(minutes):.0f} minutes{on}"
-    if len(sessions) > 1:
-        rows = [len(s.get("trained", study["rows"])) for s in sessions]
-        parts = [f"{m:.0f} for {n} row{'s' * (n != 1)}" for m, n in zip(minutes, rows)]
-        text += f", in {len(sessions)} sessions ({', then '.join(parts)})"
+    total = round(sum(minutes))
+    text = f", made in {total} minute{'s' * (total != 1)}{on}"
+    if len(runs) > 1 or runs[0].get("finished") is False:
+        parts = [f"{m:.0f} for {len(r['trained'])} row{'s' * (len(r['trained']) != 1)}"
+                 + (" before it was killed" if r.get("finished") is False else "")
+                 for m, r in zip(minutes, runs)]
+        text += f", in {len(runs)} run{'s' * (len(runs) != 1)} of `make scale` ({', then '.join(parts)})"
     return text
 
 
@@ -407,18 +441,23 @@ NO_STUDY = ("No artefact of the scale study is in `results/` in this build: run 
             "(or `make scale DEVICE=cuda`) to write one.")
 
 
-def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None) -> dict[str, str]:
+def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None,
+                  root=None) -> dict[str, str]:
     """Chapter 11's generated Markdown, by glue key, from the study of device ``main``
     (``studies``: :func:`~catlib.book.scale_readings.load_studies`): the answer, where it
     was read from and what it lacks, the rule (with ``rebuild``, the rebuild spread of
-    :func:`catlib.book.page.rebuild_spread`, said beside it), the tables, the verdicts and
-    the moonshot."""
+    :func:`catlib.book.page.rebuild_spread`, said beside it) and the book's words for the
+    kernel's comparisons, the tables, the verdicts and the moonshot; with ``root``, where
+    its 1× point is chapter 10's (:func:`~catlib.book.scale_point.point_paragraph`, from
+    ``results/`` there)."""
+    from .scale_point import point_paragraph
+
     keys = ("where", "method", "windows", "lead_short", "lead_long", "ce_short", "ce_long",
-            "budget_verdicts", "row_verdicts", "kernel", "overfit", "moon")
+            "budget_verdicts", "row_verdicts", "kernel", "overfit", "moon", "point")
     study = studies.get(main)
     if study is None:
         return {"answer": NO_STUDY, "rule": rule_text(rebuild), "rule_example": "", "rivals": "",
-                **{key: "(no artefact)" for key in keys}}
+                "words": words_rule(), **{key: "(no artefact)" for key in keys}}
     ls, prov = lengths(study), study.get("provenance", {})
     others = [d for d in studies if d != main]
     where = (f"Read from `results/scale_{main}.json` (commit {commit_of(prov)}, "
@@ -428,11 +467,13 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None)
     kernel = kernel_verdicts(study)
     return {"answer": answer(study), "where": where.strip(), "method": method_text(study),
             "rule": rule_text(rebuild, any("window_ce" in p for t in study["rows"].values()
-                                           for p in t["points"])),
+                                           for p in t["points"]),
+                              any("se" in p for t in study["rows"].values() for p in t["points"])),
             "rule_example": rule_example(study),
             "windows": window_text(study) or "This artefact scored a few windows per length.",
             "kernel": _bullets(kernel) if kernel else "- this artefact has no kernel control row",
-            "rivals": _bullets(rival_verdicts(study)),
+            "rivals": _bullets(rival_verdicts(study)), "words": words_rule(),
+            "point": point_paragraph(root, study) if root is not None else "",
             "overfit": overfit_table(study) or "(this artefact holds no training CE)",
             "lead_short": lead_table(study, ls[0]), "lead_long": lead_table(study, ls[-1]),
             "ce_short": ce_table(study, ls[0]), "ce_long": ce_table(study, ls[-1]),

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 
 from ..data import SPLITS
 from ..measure.config import EvalConfig
-from ..nn.config import (BASELINE_BLOCKS, BASELINE_POSITIONS, BASES, KERNELS, PENALTIES,
-                        SOLVER_NAMES, TRAIN_LENGTH_KERNELS, VARIANTS, CATConfig)
+from ..nn.config import (BASELINE_BLOCKS, BASELINE_POSITIONS, BASES, PENALTIES, SOLVER_NAMES,
+                        VARIANTS, CATConfig)
+from ..nn.kernel_choice import KERNELS, TRAIN_LENGTH_KERNELS
 from ..training.optim import DECAY_ON
-from ..training.loop import MODELS, SCHEDULES, TrainConfig
+from ..training.config import MODELS, TrainConfig
+from ..training.schedule import SCHEDULES
 
 
 def _budget(text: str) -> float:

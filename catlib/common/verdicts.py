@@ -15,13 +15,17 @@ CE(first) − CE(second)`` for seed ``s`` at ``lengths[i]``, and says it with :f
 
 One rule calls a difference, for every verdict, crossing, "lowest row" and target of the
 book (:func:`called`): the 95 % interval of the mean paired difference,
-``mean ± sqrt((t(0.975, n−1) · sd / sqrt(n))² + (1.96 · w)²)`` over ``n`` seeds with the
-window-sampling error ``w`` of the mean difference (:func:`interval`), excludes zero. With one seed (or a
-NaN) no interval can be formed and the difference is "not called", never "beyond". The
-rebuild spread (what a rebuild on another CPU kernel dispatch moved a row by,
-``results/rebuild_spread_<profile>.json``) is no floor: a rebuild changes a run's
-trajectory as a seed does, and the seeds measure that; a chapter may state it beside the
-verdict. :func:`prose_problems` is the test the generated sentences pass.
+``mean ± sqrt((t(0.975, n−1) · sd / sqrt(n))² + (t(0.975, m−1) · w)²)`` over ``n`` seeds
+with the window-sampling error ``w`` of the mean difference over ``m`` windows
+(:func:`interval`), excludes zero. With one seed, a NaN, or a window error that is not
+known, no interval can be formed and the difference is "not called", never "beyond". Its
+counterpart says two rows are alike (:func:`equivalent`): "the same within 0.02" where the
+90 % interval lies inside ±:data:`MARGIN`; :func:`reading` gives both in the book's words,
+so that "not called" is never read as "the same". The rebuild spread (what a rebuild on
+another CPU kernel dispatch moved a row by, ``results/rebuild_spread_<profile>.json``) is no
+floor: a rebuild changes a run's trajectory as a seed does, and the seeds measure that; a
+chapter may state it beside the verdict. :func:`prose_problems` is the test the generated
+sentences pass.
 
 It sits in ``common`` because chapter 10's ``experiment.frontier.who_wins`` and the book's
 pages both use it.
@@ -38,58 +42,136 @@ MAX_BOLD_WORDS = 25
 # The words of the rule (:func:`called`).
 CALLED = "called (95 % interval excludes zero)"
 NOT_CALLED = "not called"
-Z975 = 1.959964          # the normal 97.5th percentile: the window term's quantile
-# t(0.975, df) for df = 1..30; beyond, its Cornish-Fisher expansion (:func:`t_quantile`).
+# The quantiles of the rule: 97.5th percentiles for the 95 % interval that calls a
+# difference, 95th for the 90 % interval of an equivalence ("the same within δ", TOST at 5 %).
+Z975, Z95 = 1.959964, 1.644854
+# t(0.975, df) and t(0.95, df) for df = 1..30; beyond, their Cornish-Fisher expansion.
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782,
+       1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711,
+       1.708, 1.706, 1.703, 1.701, 1.699, 1.697)
+_QUANTILES = {0.95: (Z975, T975), 0.90: (Z95, T95)}      # interval level -> (normal, t table)
+# The equivalence margin δ (nats): two rows are "the same within δ" where the 90 % interval
+# of their mean paired difference lies inside ±δ.
+MARGIN = 0.02
+# The words of :func:`reading`; "the same within δ" is :func:`same_words`.
+AHEAD, BEHIND, NOT_RESOLVED = "ahead", "behind", "not resolved"
 
 
-def t_quantile(df: int) -> float:
-    """The 97.5th percentile of Student's t with ``df`` degrees of freedom (three decimals)."""
-    if df <= len(T975):
-        return T975[df - 1]
-    z = Z975
+def t_quantile(df: int, level: float = 0.95) -> float:
+    """The quantile of Student's t with ``df`` degrees of freedom that bounds a two-sided
+    ``level`` interval (0.95: the 97.5th percentile; 0.90: the 95th), three decimals; NaN
+    for fewer than one degree of freedom (no interval)."""
+    if level not in _QUANTILES:
+        raise ValueError(f"level {level} has no quantile table: use 0.95 or 0.90")
+    z, table = _QUANTILES[level]
+    if not df >= 1:                      # NaN or < 1: no interval
+        return float("nan")
+    df = int(df)
+    if df <= len(table):
+        return table[df - 1]
     return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
 
 
-def pair_error(se_a, se_b) -> np.ndarray:
-    """The window-sampling error of a mean paired difference per length, from each row's own
-    standard error ``[seeds, lengths]`` where the per-window differences are not at hand:
-    ``sqrt(se_a² + se_b²)`` per seed, a conservative bound (the rows read the same windows,
-    so their errors are positively correlated and the paired difference's error is smaller),
+def unpaired_error_bound(se_a, se_b) -> np.ndarray:
+    """A loose upper bound on the window-sampling error of a mean paired difference per
+    length, from each row's own standard error ``[seeds, lengths]`` where the per-window
+    CEs are not at hand (else :func:`paired_window_error`): ``sqrt(se_a² + se_b²)`` per
+    seed, the error as if the rows read independent windows (they read the same ones, so
+    their errors are positively correlated and the paired difference's error is smaller),
     averaged over the seeds (they read the same windows too, so the error of their mean does
     not shrink with their number, and the mean of the seeds' errors bounds it)."""
     return np.sqrt(np.square(np.asarray(se_a, dtype=float))
                    + np.square(np.asarray(se_b, dtype=float))).mean(0)
 
 
-def interval(diff, window=None) -> tuple[np.ndarray, np.ndarray]:
+def paired_window_error(first, second) -> float:
+    """The window-sampling error of the mean paired difference CE(first) − CE(second) from
+    each window's CE, ``[windows]`` or ``[seeds, windows]`` (averaged over the seeds first:
+    every seed reads the same windows): the standard deviation over the windows of the
+    difference over sqrt(windows). The rows read the same windows, so what makes a window
+    hard for both cancels. Its degrees of freedom are windows − 1 (:func:`interval`'s
+    ``window_df``). NaN where the rows read different numbers of windows or fewer than two."""
+    a, b = (np.asarray(x, dtype=float) for x in (first, second))
+    a, b = (x.mean(0) if x.ndim == 2 else x for x in (a, b))
+    if a.shape != b.shape or len(a) < 2:
+        return float("nan")
+    d = a - b                                                   # [windows]
+    return float(d.std(ddof=1) / np.sqrt(len(d)))
+
+
+def _quantiles(df, shape, level: float) -> np.ndarray:
+    """The window term's quantile per length: normal where ``df`` is None (a term from
+    hundreds of windows, the old calls), else t(df) per length (NaN df: no interval)."""
+    if df is None:
+        return np.full(shape, _QUANTILES[level][0])
+    df = np.broadcast_to(np.asarray(df, dtype=float), shape)
+    return np.array([t_quantile(d, level) for d in df.ravel()]).reshape(shape)
+
+
+def interval(diff, window=None, window_df=None, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Per length, the mean over seeds of ``diff`` ``[seeds, lengths]`` and the half-width of
-    its 95 % interval, ``sqrt((t(0.975, n−1) · sd / sqrt(n))² + (1.96 · w)²)``: ``sd`` the
-    standard deviation over the ``n`` seeds, ``w`` = ``window`` the window-sampling standard
-    error of the mean paired difference at each length (None: 0; from the per-window
-    differences: ``experiment.grid.paired_window_error``; a row's own errors only:
-    :func:`pair_error`). The two errors are independent (every seed reads the same
-    windows, so the spread over seeds holds none of the windows' sampling) and each has
-    its own quantile: Student's t for the few seeds, the normal one for the hundreds of
-    windows. The half-width is NaN where no interval can be formed (one seed)."""
+    its ``level`` interval (95 %: the rule that calls; 90 %: :func:`equivalent`),
+    ``sqrt((t(n−1) · sd / sqrt(n))² + (t(window_df) · w)²)``: ``sd`` the standard deviation
+    over the ``n`` seeds, ``w`` = ``window`` the window-sampling standard error of the mean
+    paired difference at each length (None: the differences hold no window sampling, 0;
+    NaN: unknown, no interval; from the per-window CEs: :func:`paired_window_error`; a row's
+    own errors only: :func:`unpaired_error_bound`). The two errors are independent (every
+    seed reads the same windows, so the spread over seeds holds none of the windows'
+    sampling) and each has its own quantile: Student's t on seeds − 1 degrees of freedom,
+    and on ``window_df`` (windows − 1, per length or one number) for the windows; None: the
+    normal quantile, for a term from hundreds of windows. The half-width is NaN where no
+    interval can be formed (one seed, an unknown window term)."""
     diff = np.asarray(diff, dtype=float)
     n, mean = len(diff), diff.mean(0)
     if n < 2:
         return mean, np.full(mean.shape, np.nan)
     w = np.zeros(mean.shape) if window is None else np.asarray(window, dtype=float)
-    seeds_half = t_quantile(n - 1) * np.sqrt(diff.var(0, ddof=1) / n)
-    return mean, np.hypot(seeds_half, Z975 * w)
+    seeds_half = t_quantile(n - 1, level) * np.sqrt(diff.var(0, ddof=1) / n)
+    return mean, np.hypot(seeds_half, _quantiles(window_df, mean.shape, level) * w)
 
 
-def called(diff, window=None) -> np.ndarray:
+def called(diff, window=None, window_df=None) -> np.ndarray:
     """Per length, whether the difference ``diff`` ``[seeds, lengths]`` (the same seeds, the
     same windows for both rows) is called: its 95 % interval (:func:`interval`) excludes
-    zero. False where no interval can be formed (one seed, a NaN)."""
-    mean, half = interval(diff, window)
+    zero. False where no interval can be formed (one seed, a NaN, an unknown window term)."""
+    mean, half = interval(diff, window, window_df)
     with np.errstate(invalid="ignore"):
         return np.abs(mean) > half       # a NaN on either side compares False
+
+
+def equivalent(diff, window=None, margin: float = MARGIN, window_df=None) -> np.ndarray:
+    """Per length, whether the two rows of ``diff`` ``[seeds, lengths]`` are the same within
+    ``margin`` nats: the 90 % interval of the mean paired difference (:func:`interval` at
+    90 %, two one-sided tests at 5 %) lies inside ±``margin``. False where no interval can
+    be formed (one seed, a NaN, an unknown window term): "not called" is never "the same"."""
+    mean, half = interval(diff, window, window_df, level=0.90)
+    with np.errstate(invalid="ignore"):
+        return (mean - half > -margin) & (mean + half < margin)
+
+
+def same_words(margin: float = MARGIN) -> str:
+    """The words of an equivalence: "the same within 0.02"."""
+    return f"the same within {margin:g}"
+
+
+def reading(diff, window=None, margin: float = MARGIN, window_df=None) -> list[str]:
+    """Per length, the book's words for ``diff`` ``[seeds, lengths]`` = CE(rival) − CE(row)
+    (> 0: the row is lower): :data:`AHEAD` or :data:`BEHIND` where the difference is called
+    (:func:`called`), :func:`same_words` where the rows are equivalent within ``margin``
+    (:func:`equivalent`), "ahead, by less than 0.02" (or behind) where both hold, and
+    :data:`NOT_RESOLVED` where neither does (few seeds, a wide interval, an unknown window
+    term)."""
+    mean = np.asarray(diff, dtype=float).mean(0)
+    real, same = called(diff, window, window_df), equivalent(diff, window, margin, window_df)
+    out = []
+    for m, r, e in zip(mean, real, same):
+        side = AHEAD if m > 0 else BEHIND
+        out.append(f"{side}, by less than {margin:g}" if r and e else side if r
+                   else same_words(margin) if e else NOT_RESOLVED)
+    return out
 
 
 LEVEL = "level"          # a tie, in :func:`lower_row`'s words
@@ -104,14 +186,14 @@ def lower_row(mean: float, first: str, second: str) -> str | None:
 
 
 def verdict(diff, lengths, first: str, second: str, rebuild: float | None = None,
-            window=None) -> str:
+            window=None, window_df=None) -> str:
     """One sentence on ``diff`` = CE(``first``) − CE(``second``) per seed ``[seeds, lengths]``
     (see the module's docstring); each row named at most once; a tie "level", a NaN "not
-    measured". ``window``: the window-sampling error of the mean difference per length
-    (:func:`interval`). ``rebuild`` is no longer part of the rule (the module's docstring);
+    measured". ``window``: the window-sampling error of the mean difference per length,
+    ``window_df`` its degrees of freedom (:func:`interval`). ``rebuild`` is no longer part of the rule (the module's docstring);
     it is accepted so that calls written for the old rule keep working."""
     diff = np.asarray(diff, dtype=float)
-    mean, real = diff.mean(0), called(diff, window)
+    mean, real = diff.mean(0), called(diff, window, window_df)
     lower = [lower_row(m, first, second) for m in mean]
     if all(r is None for r in lower):
         return f"not measured at {listed(lengths)}."
@@ -133,11 +215,11 @@ def verdict(diff, lengths, first: str, second: str, rebuild: float | None = None
 
 
 def verdict_table(diff, lengths, first: str, second: str, rebuild: float | None = None,
-                  window=None) -> str:
+                  window=None, window_df=None) -> str:
     """The same verdict as a small Markdown table: per length, the lower row ("level",
     "not measured"), by how much, and whether the difference is called (:func:`called`)."""
     diff = np.asarray(diff, dtype=float)
-    mean, real = diff.mean(0), called(diff, window)
+    mean, real = diff.mean(0), called(diff, window, window_df)
     lines = ["| length | lower | by (nats) | called (95 % interval excludes zero) |",
              "|---:|---|---:|---|"]
     for L, m, r in zip(lengths, mean, real):

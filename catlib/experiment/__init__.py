@@ -14,9 +14,9 @@ from .grid import (BASELINES, BEYOND, CHAPTER_ROWS, CONTROLS, DECAY_ANCHORED,  #
                    DIAGNOSTIC, DISTANCE_KERNELS, EXTRA, FAR_COPY, FAR_ODE, HEADLINE, ODE_CONSISTENT,
                    RANDOM_PASSAGES_SEED, ROWS, SEEDS_WITH_EXTRA, STUDY, STUDY_DIAGNOSTIC, TABLE_PARTS, Row,
                    chapter_seeds, configs, curve_se, dropout_on_rows, position_curve, row_configs,
-                   paired_window_error, run_copy_gain, run_refinement, scores, span_of, table_errors,
-                   table_scores, train_grid, train_rows,
-                   training_costs, window_cap, write_part)
+                   run_copy_gain, run_refinement, scores, span_of, table_errors,
+                   table_paired_window_errors, table_scores, train_grid, train_rows,
+                   training_costs, window_cap, WindowTerm, write_part)
 from .grid import (AS_LAYERS, AS_STEPS, CAT_LADDER, COMPUTE_MATCHED, EULER_CAT, EULER_CONTROL,  # noqa: F401
                    EXTRA_EQUAL_COMPUTE, FRONTIER_CATS, FRONTIER_ONE_SEED, LADDER, MATCHED,
                    NO_COPY_TEST, ROPE_LADDER, SCHEDULE_CHECK, runs_summary)

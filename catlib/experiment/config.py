@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..measure.config import EvalConfig
 from ..nn.config import CATConfig
-from ..training.loop import TrainConfig
+from ..training.config import TrainConfig
 
 
 @dataclass(frozen=True)

@@ -98,17 +98,23 @@ def _flops_per_token(model, length: int, count) -> float:
     return float(np.polyval(a, length) / length)
 
 
-def real_lengths(diff, lengths, rebuild: float | None = None, window=None) -> list:
+def real_lengths(diff, lengths, rebuild: float | None = None, window=None, window_df=None) -> list:
     """The lengths where a per-seed difference ``[seeds, lengths]`` is called, by the book's
     one rule (:func:`catlib.common.verdicts.called`; ``window``: the window-sampling error
-    per length; ``rebuild`` is no floor any more, accepted for the old calls)."""
-    return [L for L, r in zip(lengths, called(diff, window)) if r]
+    per length, ``window_df`` its degrees of freedom, as
+    :class:`~catlib.experiment.grid.WindowTerm` holds them; ``rebuild`` is no floor any
+    more, accepted for the old calls)."""
+    return [L for L, r in zip(lengths, called(diff, window, window_df)) if r]
 
 
-def who_wins(diff, lengths, rebuild: float | None, first: str, second: str, window=None) -> str:
+def who_wins(diff, lengths, rebuild: float | None, first: str, second: str, window=None,
+             window_df=None) -> str:
     """:func:`catlib.common.verdicts.verdict` of ``diff`` = CE(first) − CE(second) per seed
-    ``[seeds, lengths]`` (chapter 10's name for it): one sentence, each row named once."""
-    return verdict(diff, lengths, first, second, rebuild, window)
+    ``[seeds, lengths]`` (chapter 10's name for it): one sentence, each row named once.
+    ``window``, ``window_df``: the window term per length and its degrees of freedom
+    (``who_wins(diff, lengths, rebuild, first, second, *term)`` with a
+    :class:`~catlib.experiment.grid.WindowTerm`)."""
+    return verdict(diff, lengths, first, second, rebuild, window, window_df)
 
 
 def comparison_table(ce: dict, comparisons, lengths, windows: dict) -> str:
@@ -116,7 +122,8 @@ def comparison_table(ce: dict, comparisons, lengths, windows: dict) -> str:
     against)``: the lead of ``row`` over ``against`` (CE(against) − CE(row), mean over the
     seeds; positive: ``row`` is lower) at the shortest and the longest of ``lengths``, and
     the lengths where it is called by the book's rule (:func:`catlib.common.verdicts.called`,
-    with ``windows[row, against]`` the window error of the difference per length).
+    with ``windows[row, against]`` the :class:`~catlib.experiment.grid.WindowTerm` of the
+    difference: its window error and degrees of freedom per length).
     ``ce``: ``{label: CE [seeds, lengths]}``, the two rows of a comparison on the same seeds."""
     from ..common.formatting import signed
 
@@ -126,7 +133,7 @@ def comparison_table(ce: dict, comparisons, lengths, windows: dict) -> str:
     for what, row, against in comparisons:
         diff = np.asarray(ce[against], float) - np.asarray(ce[row], float)
         mean = diff.mean(0)
-        at = [L for i, (L, c) in enumerate(zip(lengths, called(diff, windows[row, against])))
+        at = [L for i, (L, c) in enumerate(zip(lengths, called(diff, *windows[row, against])))
               if c and i in ends]
         said = " and ".join(str(L) for L in at) or ("one seed: not called" if len(diff) < 2 else "neither")
         lines.append(f"| {what} | {against} | {signed(mean[ends[0]])} | {signed(mean[ends[1]])} "
@@ -134,22 +141,51 @@ def comparison_table(ce: dict, comparisons, lengths, windows: dict) -> str:
     return "\n".join(lines)
 
 
-def length_change(ce: dict, names: dict, lengths) -> str:
+def length_change(ce: dict, names: dict, lengths, read: dict | None = None) -> str:
     """How CE changes from the shortest to the longest of ``lengths`` for each row of
     ``names`` (``{label: the name a sentence gives it}``; ``ce``: ``{label: [seeds,
-    lengths]}``, every length on the same text), in a sentence: "From 128 to 5000
-    characters, on the same text, CE falls by 0.031 nats for the X and rises by 0.012 for
-    the Y"."""
+    lengths]}``), in a sentence: "From 128 to 5000 characters, on the same text, CE falls
+    by 0.031 nats for the X and rises by 0.012 for the Y".
+
+    ``read``: the windows the rows read, ``{"windows": {length: n}, "span": characters}``
+    (one split's entry of :func:`catlib.experiment.grid.table_errors`). The two lengths are
+    compared only where each read every window of the span: windows of one text differ in
+    difficulty by more than the change (chapter 10's 128 windows of 820 read 0.016-0.024
+    nats easier than all 820, issue 60), so a change from a sample of them to all of them
+    is not stated, and the sentence says why."""
     from ..common.verdicts import size_words
 
+    short, long = lengths[0], lengths[-1]
+    whole = _whole_span(read, (short, long))
+    if whole is not True:
+        return f"From {short} to {long} characters, the change in CE is not stated: {whole}."
     parts = []
     for k, (label, shown) in enumerate(names.items()):
         change = float(np.mean(np.asarray(ce[label], float)[:, -1] - np.asarray(ce[label], float)[:, 0]))
         verb = "falls" if change < 0 else "rises" if change > 0 else "stays level"
         amount = "" if change == 0 else f" by {size_words(change)}{' nats' if k == 0 else ''}"
         parts.append(f"{verb}{amount} for the {shown}")
-    return (f"From {lengths[0]} to {lengths[-1]} characters, on the same text, CE "
+    return (f"From {short} to {long} characters, on the same text, CE "
             + (parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}") + ".")
+
+
+def _whole_span(read: dict | None, lengths) -> bool | str:
+    """True where every one of ``lengths`` read every window of the span ``read`` records
+    (:func:`length_change`); else why not, as a clause."""
+    if not read or not read.get("span"):
+        return "the windows each length read over one text are not recorded"
+    counts = {str(k): n for k, n in read.get("windows", {}).items()}
+    short = []
+    for L in lengths:
+        n, tiles = counts.get(str(L)), read["span"] // int(L)
+        if n is None:
+            return f"the windows read at {L} are not recorded"
+        if n < tiles:
+            short.append(f"at {L} the rows read {n} of the span's {tiles} windows")
+    if not short:
+        return True
+    return (f"{' and '.join(short)}, {'a sample' if len(short) == 1 else 'samples'} of the span, "
+            "so the two lengths did not read the same text")
 
 
 # The Euler CAT's target at equal compute (issue 31's moonshot): ahead of every baseline

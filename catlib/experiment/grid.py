@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 import torch
@@ -23,10 +23,11 @@ from ..measure.extrapolation import position_ce
 from .pool import default_jobs, run_jobs, worker_devices  # noqa: F401 (default_jobs: its earlier home)
 from .progress import reporter
 from ..common.provenance import code_fingerprint
+from ..common.verdicts import paired_window_error
 from ..measure.refinement import FINER, finer_solvers, refinement
 from ..runs import (NotStored, Run, atomic_write_text, check_split, stored_only, stored_with_run,
                     train_run, weights_digest)
-from ..training.loop import TrainConfig
+from ..training.config import TrainConfig
 from .rows import (  # noqa: F401 (the rows' names, importable from here as before)
     AS_LAYERS, AS_STEPS,
     BASELINES, BEYOND, CAT_LADDER, CHAPTER_ROWS, COMPUTE_MATCHED, CONTROLS, DECAY_ANCHORED,
@@ -372,16 +373,28 @@ def table_errors(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
     return reads, se
 
 
-def paired_window_error(runs: dict, first: str, second: str, seeds, corpus: dict,
-                        longest: int, eval_windows: int, device=None,
-                        curve_windows: int | None = None) -> np.ndarray:
-    """The window-sampling error of the mean paired difference CE(``first``) − CE(``second``)
-    at each length of :func:`table_scores` (``[lengths]``, the longest last), as
-    :func:`~catlib.common.verdicts.interval` takes it: per window, the difference of the
-    two rows' CEs averaged over the seeds, then its standard deviation over the windows
-    over sqrt(windows). The rows read the same windows, so what makes a window hard for
-    both cancels; read from the stored per-window scores (nothing is computed twice).
-    Both rows must be on one split; ``seeds``: a list or a function of the label."""
+class WindowTerm(NamedTuple):
+    """The window-sampling term of the book's rule for one paired difference, per length
+    ``[lengths]``, under the names and in the order :func:`~catlib.common.verdicts.called`
+    and :func:`~catlib.common.verdicts.verdict` take it (``called(diff, *term)``):
+    ``window`` the window-sampling error of the mean paired difference, ``window_df`` its
+    degrees of freedom (windows − 1), from which the rule takes Student's t (21 windows at
+    5000: t(20) = 2.086, not the normal 1.96). NaN where a length has fewer than two
+    windows."""
+    window: np.ndarray
+    window_df: np.ndarray
+
+
+def table_paired_window_errors(runs: dict, first: str, second: str, seeds, corpus: dict,
+                               longest: int, eval_windows: int, device=None,
+                               curve_windows: int | None = None) -> WindowTerm:
+    """The window term of the mean paired difference CE(``first``) − CE(``second``) at each
+    length of :func:`table_scores` (``[lengths]``, the longest last), as
+    :func:`~catlib.common.verdicts.interval` takes it (:class:`WindowTerm`): the error is
+    :func:`~catlib.common.verdicts.paired_window_error` of the two rows' per-window CEs
+    ``[seeds, windows]``, the degrees of freedom the windows read less one; both read from
+    the stored per-window scores (nothing is computed twice); NaN where a length has one
+    window. Both rows must be on one split; ``seeds``: a list or a function of the label."""
     if ROWS[first].split != ROWS[second].split:
         raise ValueError(f"{first!r} and {second!r} read different splits: their windows "
                          "are not paired")
@@ -394,13 +407,13 @@ def paired_window_error(runs: dict, first: str, second: str, seeds, corpus: dict
         run, model = runs[label, s], ROWS[label].model
         short = [r[f"{model}_window_ce"] for r in run.result["rows"] if "windows" in r]
         return [*short, _stored_curve(run, model, split_corpus, longest, n, device, span)["windows"]]
-    diffs = [[np.subtract(a, b) for a, b in zip(per_window(first, s), per_window(second, s))]
-             for s in seeds]
-    out = []
-    for i in range(len(diffs[0])):
-        d = np.mean([per_seed[i] for per_seed in diffs], axis=0)        # [windows]
-        out.append(window_se(d) if len(d) > 1 else np.nan)
-    return np.array(out)
+    ce = {label: [per_window(label, s) for s in seeds] for label in (first, second)}
+    at = range(len(ce[first][0]))
+    error = np.array([paired_window_error([c[i] for c in ce[first]], [c[i] for c in ce[second]])
+                      for i in at])
+    # Every seed and both rows read the same windows (else the error is NaN): count the first's.
+    windows = np.array([len(ce[first][0][i]) for i in at], dtype=float)
+    return WindowTerm(error, np.where(windows >= 2, windows - 1, np.nan))
 
 
 # The tables a notebook writes as JSON parts, merged into results/<kind>_<profile>.json.

@@ -31,7 +31,7 @@ def ladder_model(run, step: int, model_key: str, device="cpu"):
     (``TrainConfig.checkpoints``); the final weights when ``step`` is the run's last."""
     from ..nn.baselines import Baseline
     from ..nn.model import CAT
-    from ..runs import RunError
+    from ..runs.errors import RunError
     from ..runs.files import load_checkpoint
     from ..runs.training import ladder_file
 
@@ -65,8 +65,8 @@ def point_run(run, step: int):
     """The run whose final weights are ``run``'s point after ``step`` steps: the run of
     ``step`` steps branched from it (``TrainConfig.branches``), or ``run`` itself (its last
     step, or a checkpoint of a constant-rate run)."""
-    from ..runs import open_run
-    from ..runs.training import branch_name
+    from ..runs.branches import branch_name
+    from ..runs.run import open_run
 
     if step in run.train_config.branches:
         return open_run(run.path.parent / branch_name(run.path.name, step))
@@ -92,7 +92,8 @@ def ladder_scores(run, model_key: str, step: int, corpus, lengths, caps, device=
     ``span_length``: every length reads the same text (:mod:`catlib.measure.evaluate`)."""
     from ..measure.evaluate import cross_entropy
     from ..common.provenance import code_fingerprint
-    from ..runs import stored_with_run, weights_digest
+    from ..runs.identity import weights_digest
+    from ..runs.stored import stored_with_run
 
     model = ladder_model(run, step, model_key, device or "cpu")
     text = corpus.val if split == "val" else corpus.train[:len(corpus.val)]

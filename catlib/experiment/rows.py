@@ -16,8 +16,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..nn.config import FIXED_STEP_SOLVERS, TRAIN_LENGTH_KERNELS, CATConfig
-from ..training.loop import TrainConfig, decay_start
+from ..nn.config import FIXED_STEP_SOLVERS, CATConfig
+from ..nn.kernel_choice import TRAIN_LENGTH_KERNELS
+from ..training.config import TrainConfig
+from ..training.schedule import decay_start
 from .compute import expected_step_flops, matched_budget
 from .config import ExperimentConfig
 

@@ -3,7 +3,8 @@
 Chapter 10 compares the rows at one budget, the training FLOPs of the KERPLE-prior CAT
 (RK4 x1) at the experiment's steps. Here the budget is a multiple of that: 1x, 2x, 4x, 8x
 (and 16x on a GPU) in training FLOPs. Every row has the experiment's sizes and batches
-(the ``cpu`` profile's: its 1x point is chapter 10's point) and spends its budget its own
+(the ``cpu`` profile's: its 1x point is chapter 10's run where a row trains at chapter
+10's rate and steps; :mod:`catlib.book.scale_point` names the rows that do not) and spends its budget its own
 way (:data:`SCALE_ROWS`): as more steps of a cheap model, as more layers, or as a costlier
 block (an ODE solver's evaluations); the literature's learned biases and FoX take the Euler
 CAT's block and budget, as steps. Every row trains on the book's recipe (warm-up, a
@@ -19,20 +20,33 @@ the shortest length (where a row overfits).
 Runs train in the experiment's pool (:func:`catlib.experiment.pool.run_jobs`): on the CPU
 one run per core, on one GPU several runs at once (:func:`catlib.experiment.pool.default_jobs`);
 a run killed or cut resumes from its checkpoint and a finished one is reused, so the
-study can be stopped and started again. ``python -m catlib.book.scale`` (``make
-scale``, :mod:`catlib.book.scale`) writes ``results/scale_<device>.json``.
+study can be stopped and started again. After each run trained, the study hands its
+artefact so far (the finished runs' points, :func:`reached`) to its caller, which writes it,
+so that a study killed later keeps what it trained. A run the learning-rate sweep trained
+already (its 1x run of seed 0 at the rate it chose: the study's 1x branch of that row's
+seed-0 run, the same configuration and so the same config hash) is copied from the sweep's
+folder instead of trained again (:func:`borrow_runs`). ``python -m catlib.book.scale``
+(``make scale``, :mod:`catlib.book.scale`) writes ``results/scale_<device>.json``.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 from ..measure.config import EvalConfig
 from ..nn.config import CATConfig
-from ..runs import train_run
-from ..training.loop import TrainConfig
+from ..runs.branches import branch_name
+from ..runs.errors import RunError
+from ..runs.identity import config_hash
+from ..runs.stored import NotStored, stored_only
+from ..runs.training import train_run
+from ..training.config import TrainConfig
 from .compute import expected_step_flops, matched_budget
 from .grid import _train_job
 from .ladder import ladder_point
@@ -234,33 +248,159 @@ def recipe_of(specs: dict) -> dict:
             "points": "branched" if tc.schedule == "wsd" else "checkpoints"}
 
 
+def reached(finished, steps: dict, plan: dict) -> dict[str, dict[int, tuple]]:
+    """``{row: {budget: seeds}}``: at each budget of ``plan``, the seeds of ``finished``
+    (``(row, seed)`` keys) whose run was trained to it (``steps[row, seed]`` holds the
+    budget). A seed counts only at the budgets it reached (a plan may train seed 0 further
+    than the others); budgets no finished seed reached, and rows with no finished run, are
+    left out."""
+    out: dict[str, dict[int, tuple]] = {}
+    for label in SCALE_ROWS:
+        seeds = sorted(s for (lab, s) in finished if lab == label)
+        per_budget = {b: tuple(s for s in seeds if b in steps[label, s]) for b in sorted(plan)}
+        if any(per_budget.values()):
+            out[label] = {b: s for b, s in per_budget.items() if s}
+    return out
+
+
+def run_name(model: CATConfig, train: TrainConfig, device) -> str:
+    """The directory :func:`catlib.runs.train_run` gives a run of ``model`` and ``train``
+    on ``device`` when no name is given: ``<variant>-<config hash[:8]>``."""
+    from ..data import load_corpus
+
+    resolved = model.resolved(torch.device(device))
+    h = config_hash(resolved, train, load_corpus(split=train.split).sha256)
+    return f"{resolved.variant}-{h[:8]}"
+
+
+def finished_run(model: CATConfig, train: TrainConfig, folder, device) -> Path | None:
+    """The directory of the finished run of ``model`` and ``train`` in ``folder``, if one
+    is there (read only: nothing trains or is scored); else None."""
+    try:
+        with stored_only():
+            run = train_run(model, train, root=folder, device=device, evaluate=False,
+                            progress=False, echo=None)
+    except (NotStored, RunError):
+        return None
+    return run.path
+
+
+def borrow_runs(specs: dict, device, folders) -> list[str]:
+    """Copy into the study's root each finished run of ``folders`` (the learning-rate
+    sweep's run folder) that the study would otherwise train again: one with the
+    configuration of a spec's run or of one of its branches (``TrainConfig.branches``,
+    :func:`catlib.runs.branches.branch_configs`), named as the study names it. The
+    sweep's run of a row at seed 0 and the 1x budget is the study's 1x branch of that
+    row's seed-0 run (the trunk's own run where the plan's largest budget is 1x). A run
+    already in the study's root is left as it is. Returns the names of the runs copied."""
+    copied = []
+    for spec in specs.values():
+        model, train = CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"])
+        trunk = run_name(model, train, device)
+        wanted = {trunk: train, **{branch_name(trunk, n): dataclasses.replace(
+            train, train_steps=n, branches=(), checkpoints=()) for n in train.branches}}
+        for name, config in wanted.items():
+            target = Path(spec["root"]) / name
+            found = None if target.exists() else next(
+                (p for p in (finished_run(model, config, f, device) for f in folders) if p), None)
+            if found is not None:
+                copy_run(found, target)
+                copied.append(name)
+    return copied
+
+
+def copy_run(source: Path, target: Path) -> None:
+    """Copy the run directory ``source`` to ``target`` (which must not exist), its lock and
+    temporary files left out; made under a temporary name and renamed, so that a copy cut
+    short is never taken for a run."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", suffix=".copying", dir=target.parent))
+    try:
+        shutil.copytree(source, staging / "run", ignore=lambda d, names: [
+            n for n in names if n == "lock" or (n.startswith(".") and n.endswith(".tmp"))])
+        os.rename(staging / "run", target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | None = None,
               echo=print, progress_every: float = 30.0, rates: dict | None = None,
-              rate_source: dict | None = None) -> dict:
+              rate_source: dict | None = None, on_change=None, runs_from=()) -> dict:
     """Train (or resume, or reuse) every run of the study and return its artefact:
-    ``{"plan", "rows": scale_table(...), "recipe", "rates", "trained", "reused_runs",
-    "wall_seconds"}`` (``trained``: the rows with a run trained here, not found finished;
-    ``reused_runs``: how many were found finished), each row at
-    its rate ``rates[label]`` (default: the recipe's single rate), recorded as the row's
+    ``{"plan", "rows": scale_table(...), "recipe", "rates", "identity", "trained",
+    "reused_runs", "finished_runs", "borrowed_runs", "partial", "wall_seconds"}``, each row
+    at its rate ``rates[label]`` (default: the recipe's single rate), recorded as the row's
     ``rate`` (``recipe["lr"]``: the recipe's own rate); ``"rates"``: where the rates come
     from (``rate_source``, e.g. the sweep's artefact and its dev slice; default
-    ``{"from": "recipe"}``)."""
+    ``{"from": "recipe"}``).
+
+    ``identity``: what makes two artefacts one study's (``{"plan", "rows", "corpus"}``: the
+    plan, every row planned, the corpus' SHA-256); ``trained``: the rows with a run trained
+    here, not found finished; ``reused_runs``: how many were found finished;
+    ``finished_runs``: ``[{"row", "seed", "run", "trained"}]``, each finished run's
+    directory and whether it was trained here; ``borrowed_runs``: the runs copied from
+    ``runs_from`` (:func:`borrow_runs`) instead of trained; ``partial``: some run has not
+    finished; ``wall_seconds``: this call's time so far.
+
+    ``on_change(artefact)`` is called after each run trained here (not after one found
+    finished), with the artefact of the runs finished so far (``rows``: each row at the
+    budgets its finished seeds reached, :func:`reached`), so that a study killed later
+    keeps what it trained (the command writes it)."""
     from ..data import load_corpus
 
     start = time.perf_counter()
     specs, owners, steps = job_specs(experiment, plan, root, rows, rates)
-    done = run_jobs(specs, owners, _train_job, worker_devices(device, jobs), echo, progress_every)
-    runs = open_runs(specs, experiment, device)
+    borrowed = borrow_runs(specs, device, runs_from)
     corpus = load_corpus(split="90/10")
     lengths, caps = scoring(experiment)
-    out = {"plan": {str(b): list(s) for b, s in sorted(plan.items())},
-           "rows": scale_table(runs, steps, plan, corpus, lengths, caps, device,
-                               span_length(experiment)),
-           "recipe": {**recipe_of(specs), "lr": experiment.train.lr, "rate_per_row": bool(rates)},
-           "rates": rate_source or {"from": "recipe"},
-           "trained": [r for r in SCALE_ROWS if any(not done[k]["reused"] for k in specs if k[0] == r)],
-           "reused_runs": sum(bool(d["reused"]) for d in done.values())}
-    for (label, _), spec in specs.items():
-        out["rows"][label]["rate"] = spec["train"]["lr"]
-    out["wall_seconds"] = time.perf_counter() - start
-    return out
+    finished: dict = {}    # (label, seed) -> the pool's result: {"name", "reused"}
+    tables: dict = {}      # label -> its table over its finished runs (scale_table)
+    opened: dict = {}      # (label, seed) -> its finished Run
+
+    def finish(key, result: dict) -> None:
+        """Run ``key`` has finished: open it and read its row's table again."""
+        finished[key] = result
+        opened[key] = open_runs({key: specs[key]}, experiment, device)[key]
+        label = key[0]
+        seeds = reached([k for k in finished if k[0] == label], steps, plan)[label]
+        tables[label] = scale_table({k: r for k, r in opened.items() if k[0] == label}, steps,
+                                    seeds, corpus, lengths, caps, device,
+                                    span_length(experiment))[label]
+        tables[label]["rate"] = specs[key]["train"]["lr"]
+
+    def artefact() -> dict:
+        done = {k: finished[k] for k in specs if k in finished}
+        return {"plan": {str(b): list(s) for b, s in sorted(plan.items())},
+                "rows": {label: tables[label] for label in SCALE_ROWS if label in tables},
+                "recipe": {**recipe_of(specs), "lr": experiment.train.lr, "rate_per_row": bool(rates)},
+                "rates": rate_source or {"from": "recipe"},
+                "identity": {"plan": {str(b): list(s) for b, s in sorted(plan.items())},
+                             "rows": list(dict.fromkeys(label for label, _ in specs)),
+                             "corpus": corpus.sha256},
+                "trained": [r for r in SCALE_ROWS if any(not d["reused"] for k, d in done.items()
+                                                         if k[0] == r)],
+                "reused_runs": sum(bool(d["reused"]) for d in done.values()),
+                "finished_runs": [{"row": k[0], "seed": k[1], "run": d["name"],
+                                   "trained": not d["reused"]} for k, d in done.items()],
+                "borrowed_runs": borrowed, "partial": len(done) < len(specs),
+                "wall_seconds": time.perf_counter() - start}
+
+    # The pool says "<row> (seed <s>): trained run <name>" (or "reused run") as each run ends.
+    prefixes = {f"{label} (seed {seed}): ": (label, seed) for label, seed in specs}
+
+    def say(line: str) -> None:
+        if echo:
+            echo(line)
+        prefix = next((p for p in prefixes if line.startswith(p)), None)
+        if prefix is None:
+            return
+        state, _, name = line[len(prefix):].partition(" run ")
+        finish(prefixes[prefix], {"name": name, "reused": state == "reused"})
+        if on_change is not None and state != "reused":
+            on_change(artefact())
+
+    done = run_jobs(specs, owners, _train_job, worker_devices(device, jobs), say, progress_every)
+    for key, result in done.items():
+        if finished.get(key) != result:
+            finish(key, result)
+    return artefact()

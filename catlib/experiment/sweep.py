@@ -4,42 +4,63 @@ The sweep trains every row of :data:`catlib.experiment.scale.SCALE_ROWS` at the 
 on seed 0 (:data:`SEED`, :data:`BUDGET`; the study's configurations,
 :func:`~catlib.experiment.scale.scale_configs`) at each rate of :data:`RATES`, the book's
 recipe otherwise unchanged (its warm-up and decay shares are shares of the steps, so they
-do not move with the rate). Where a row's best rate is the grid's lowest or highest, the
-grid is extended on that side by :data:`FACTOR`, up to :data:`MAX_EXTENSIONS` times
-(:func:`next_rate`); the row's rate is then the one with the lowest dev CE
-(:func:`best_rate`).
+do not move with the rate).
 
-Each run is scored on the dev slice only (``Corpus.dev``: the training part's last
-characters, trained on by no run and read by no reported CE): every non-overlapping
-window of the training length (:func:`dev_ce`, stored with the run). The validation split
-is never read: the runs are trained without their usual evaluation.
+A row keeps the recipe's rate (:data:`DEFAULT_RATE`, 4e-3) unless another rate's dev CE is
+lower than the default's by more than a called margin (:func:`chosen_rate`): a rate that
+wins by less than what another sample of windows could move the difference by is a tie,
+and a tie keeps the recipe. The margin (:func:`margin`) is the half-width of the 95 %
+interval of the difference of the two runs' dev CEs over the dev windows, which both runs
+read: ``t(0.975, n−1) · sd(d) / sqrt(n)`` over the ``n`` per-window differences ``d``. The
+sweep's runs are one seed each, so the margin holds the windows' sampling only, not what
+another seed would move a run by. Where the chosen rate is the lowest or highest of those
+tried, the grid is extended on that side by :data:`FACTOR`, up to :data:`MAX_EXTENSIONS`
+times (:func:`next_rate`). A row whose every rate diverged has no rate and extends nothing
+(:func:`unrated_rows`: the study names it and refuses it).
+
+Each run is scored on the dev slice only (``Corpus.dev``: trained on by no run and read by
+no reported CE): every non-overlapping window of the training length (:func:`dev_ce`,
+stored with the run). The validation split is never read: the runs are trained without
+their usual evaluation.
 
 The runs train in the experiment's pool (:func:`catlib.experiment.pool.run_jobs`), the
 grid's rates of every row at once, then each extension; a finished run and its dev score
-are reused, so a cut sweep resumes where it stopped. ``python -m catlib.book.sweep``
-(``make sweep``) writes ``results/lr_sweep_<device>.json``; the study reads each row's rate
-from it (:func:`chosen_rates`).
+are reused, so a cut sweep resumes where it stopped. Each run has the configuration, so the
+config hash, of the study's run of its row at seed 0 and the 1x budget at that rate (the
+study's branch of its seed-0 run); it is kept under the sweep's own root, named
+``<variant>-<config hash[:8]>`` as any run (:func:`sweep_spec` opens it).
+``python -m catlib.book.sweep`` (``make sweep``) writes ``results/lr_sweep_<device>.json``;
+the study reads each row's rate from it (:func:`chosen_rates`).
 """
 from __future__ import annotations
 
+import math
 import time
 
 import torch
 
+from ..common.verdicts import t_quantile
+from ..measure.evaluate import window_se
 from ..nn.config import CATConfig
 from ..runs import (NotStored, TrainingFailed, stored_only, stored_with_run, train_run,
                     weights_digest)
-from ..training.loop import TrainConfig
+from ..training.config import TrainConfig
 from .pool import run_jobs, worker_devices
 from .progress import reporter
 from .scale import SCALE_ROWS, scale_configs
 
-# The grid (the recipe probe's: ALiBi was best at its edge, 8e-3), its extension beyond an
-# edge that wins, and the run each rate is tried on: 1x, seed 0.
-RATES = (2e-3, 4e-3, 8e-3)
+# The recipe's rate (chapter 10's, every profile's ``lr`` at the book's sizes): a row keeps
+# it unless another rate is better by a called margin.
+DEFAULT_RATE = 4e-3
+# The grid around it (the recipe probe's: ALiBi was best at its edge, 8e-3), its extension
+# beyond an edge that wins, and the run each rate is tried on: 1x, seed 0.
+RATES = (2e-3, DEFAULT_RATE, 8e-3)
 FACTOR = 2.0
 MAX_EXTENSIONS = 2
 SEED, BUDGET = 0, 1
+# The rule, as the artefact records it: a sweep's rates are read only if chosen by it.
+RULE = (f"keep {DEFAULT_RATE:g} unless another rate's dev CE is lower by a called margin, "
+        "t(0.975, windows-1) x the paired window error")
 
 
 class SweepError(ValueError):
@@ -51,39 +72,78 @@ def rate_key(rate: float) -> str:
     return f"{rate:g}"
 
 
-def best_rate(ce: dict) -> float:
-    """The rate of the lowest CE in ``ce`` (``{rate: CE}``); a NaN or None CE (a run that
-    diverged) is never best; ties go to the lower rate."""
-    def loss(rate):
-        value = ce[rate]
-        return float("inf") if value is None or value != value else value
-    return min(sorted(ce), key=loss)
+def diverged(score: dict) -> bool:
+    """Whether the run behind ``score`` (a job's result, ``{"ce", "se", ...}``) diverged:
+    its CE is None or NaN."""
+    ce = score.get("ce")
+    return ce is None or math.isnan(ce)
 
 
-def next_rate(ce: dict, grid=RATES, factor: float = FACTOR,
+def margin(default: dict, other: dict) -> float | None:
+    """How far ``other``'s dev CE must lie below ``default``'s to be called lower: the
+    half-width of the 95 % interval of CE(other) − CE(default), ``t(0.975, n−1) ·
+    window_se(d)`` over the ``n`` per-window differences ``d`` (``"window_ce"``, [n] each;
+    both runs read the same windows, so what makes a window hard for both cancels). Where a
+    score has no per-window CEs (one stored before they were kept), the bound
+    ``t(0.975, n−1) · (se_default + se_other)``, which holds whatever the two runs' windows'
+    correlation. None where no margin can be formed (a run diverged, one window, no error)."""
+    if diverged(default) or diverged(other):
+        return None
+    a, b = default.get("window_ce"), other.get("window_ce")
+    if a is not None and b is not None and len(a) == len(b) > 1:
+        return t_quantile(len(a) - 1) * window_se([y - x for x, y in zip(a, b)])
+    n = min(default.get("windows") or 0, other.get("windows") or 0)
+    if n < 2 or default.get("se") is None or other.get("se") is None:
+        return None
+    return t_quantile(n - 1) * (default["se"] + other["se"])
+
+
+def chosen_rate(found: dict, default: float = DEFAULT_RATE) -> float | None:
+    """The rate of a row whose runs scored ``found`` (``{rate: job result}``): ``default``
+    unless other rates' dev CEs are lower than its by more than their :func:`margin`, then
+    the lowest of those; where ``default`` diverged, the lowest CE of the rest; None where
+    every rate diverged (the row has no rate)."""
+    alive = {r: s for r, s in found.items() if not diverged(s)}
+    if not alive:
+        return None
+    if default not in alive:
+        return min(sorted(alive), key=lambda r: alive[r]["ce"])
+    base = alive[default]
+
+    def called(score: dict) -> bool:
+        m = margin(base, score)
+        return m is not None and base["ce"] - score["ce"] > m
+    ahead = {r: s["ce"] for r, s in alive.items() if r != default and called(s)}
+    return min(sorted(ahead), key=ahead.get) if ahead else default
+
+
+def next_rate(found: dict, grid=RATES, factor: float = FACTOR,
               cap: int = MAX_EXTENSIONS) -> float | None:
-    """The rate to try next for a row whose dev CE per rate is ``ce`` (``{rate: CE}``, every
-    rate of ``grid`` measured): the lowest rate over ``factor`` where it is the best, the
-    highest times ``factor`` where that is, each side at most ``cap`` times beyond the grid;
-    None where the best rate is interior or the cap is reached."""
-    missing = [r for r in grid if r not in ce]
+    """The rate to try next for a row whose runs scored ``found`` (``{rate: job result}``,
+    every rate of ``grid`` measured): the lowest rate over ``factor`` where it is the
+    chosen one (:func:`chosen_rate`), the highest times ``factor`` where that is, each side
+    at most ``cap`` times beyond the grid; None where the chosen rate is interior, the cap is
+    reached, or every rate diverged."""
+    missing = [r for r in grid if r not in found]
     if missing:
         raise ValueError(f"rates {missing} of the grid are not measured yet")
-    best, low, high = best_rate(ce), min(ce), max(ce)
-    if best == low and sum(r < min(grid) for r in ce) < cap:
+    chosen, low, high = chosen_rate(found), min(found), max(found)
+    if chosen is None:
+        return None
+    if chosen == low and sum(r < min(grid) for r in found) < cap:
         return low / factor
-    if best == high and sum(r > max(grid) for r in ce) < cap:
+    if chosen == high and sum(r > max(grid) for r in found) < cap:
         return high * factor
     return None
 
 
-def rates_to_run(ce: dict, grid=RATES, factor: float = FACTOR, cap: int = MAX_EXTENSIONS) -> list:
+def rates_to_run(found: dict, grid=RATES, factor: float = FACTOR, cap: int = MAX_EXTENSIONS) -> list:
     """The rates a row still needs: the grid's unmeasured ones, else its next extension
     (:func:`next_rate`), else none (the row is done)."""
-    missing = [r for r in grid if r not in ce]
+    missing = [r for r in grid if r not in found]
     if missing:
         return missing
-    nxt = next_rate(ce, grid, factor, cap)
+    nxt = next_rate(found, grid, factor, cap)
     return [] if nxt is None else [nxt]
 
 
@@ -101,28 +161,32 @@ def dev_definition(corpus, length: int) -> dict:
 
 
 def dev_ce(run, model_key: str, corpus, length: int, device=None) -> dict:
-    """``{"ce", "se", "windows"}`` of the run's final model ``model_key`` on every
-    non-overlapping window of ``length`` of the dev slice (``corpus.dev``, int64 [N_dev];
-    :func:`catlib.measure.evaluate.cross_entropy`), stored with the run (valid for its
-    weights, the code and the slice)."""
+    """``{"ce", "se", "windows", "window_ce"}`` of the run's final model ``model_key`` on
+    every non-overlapping window of ``length`` of the dev slice (``corpus.dev``, int64
+    [N_dev]; :func:`catlib.measure.evaluate.cross_entropy`; ``window_ce``: each window's CE,
+    [windows], for the paired :func:`margin`), stored with the run (valid for its weights,
+    the code and the slice)."""
     from ..common.provenance import code_fingerprint
     from ..measure.evaluate import cross_entropy
 
     where = dev_definition(corpus, length)
     model = run.load_weights(device or "cpu")[0][model_key]
     ident = {"weights": weights_digest({model_key: model}), "code": code_fingerprint(),
+             "scores": ["ce", "se", "windows", "window_ce"],
              **{k: where[k] for k in ("split", "start", "chars", "length", "windows")}}
 
     def score():
         found = cross_entropy(model, corpus.dev, length, eval_windows=where["windows"],
                               device=device)
-        return {k: found[k] for k in ("ce", "se", "windows")}
+        return {k: found[k] for k in ("ce", "se", "windows", "window_ce")}
     return stored_with_run(run, f"dev-ce-{model_key}.json", ident, score)
 
 
 def sweep_spec(label: str, experiment, rate: float, root) -> dict:
     """The pool's job for ``label`` at ``rate``: its 1x run of seed 0 (:data:`BUDGET`,
-    :data:`SEED`), scored on the dev slice."""
+    :data:`SEED`), scored on the dev slice. ``model`` and ``train`` also open the run once
+    trained (``train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
+    root=spec["root"], evaluate=False)`` reuses it)."""
     model, train, steps = scale_configs(label, experiment, SEED, [BUDGET], rate)
     return dict(model=model.to_dict(), train=train.to_dict(), root=str(root),
                 model_key=SCALE_ROWS[label].model, dropout_on=[], steps=steps[BUDGET])
@@ -131,8 +195,9 @@ def sweep_spec(label: str, experiment, rate: float, root) -> dict:
 def _sweep_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
     """Train (or reuse) one run of the sweep without its usual evaluation (the validation
     split is not read) and score it on the dev slice: ``{"name", "reused", "ce", "se",
-    "windows", "seconds"}``. With ``stored``: only if both are stored (nothing computed);
-    else None. A worker process, or this one (:func:`catlib.experiment.pool.run_jobs`)."""
+    "windows", "window_ce", "seconds"}``. With ``stored``: only if both are stored (nothing
+    computed); else None. A worker process, or this one
+    (:func:`catlib.experiment.pool.run_jobs`)."""
     if stored:
         try:
             with stored_only():
@@ -154,10 +219,10 @@ def _train_and_score(spec: dict, steps=None) -> dict:
             run = train_run(CATConfig.from_dict(spec["model"]), tc, root=spec["root"],
                             device=spec["device"], evaluate=False, progress=False, echo=None,
                             on_step=reporter(spec["index"], steps) if "index" in spec else None)
-        except TrainingFailed as e:   # diverged at this rate: never the best (resumed by
+        except TrainingFailed as e:   # diverged at this rate: never chosen (resumed by
             # a later sweep, it fails again within the steps since its last checkpoint)
             return {"name": "that diverged", "reused": False, "ce": None, "se": None,
-                    "windows": 0, "seconds": None, "failed": str(e)}
+                    "windows": 0, "window_ce": None, "seconds": None, "failed": str(e)}
         found = dev_ce(run, spec["model_key"], load_corpus(split=tc.split), tc.seq,
                        spec["device"])
         seconds = sum(m["seconds"] for m in run.metrics() if m.get("kind") == "train")
@@ -168,44 +233,61 @@ def _train_and_score(spec: dict, steps=None) -> dict:
 
 def sweep_table(measured: dict, steps: dict, grid=RATES, factor: float = FACTOR,
                 cap: int = MAX_EXTENSIONS) -> dict:
-    """``{row: {"dev_ce": {rate: CE}, "dev_se", "seconds", "steps", "rate", "edge"}}``
-    from ``measured[row][rate]`` (a job's result): rates as :func:`rate_key`, lowest first;
-    ``rate``: the best rate once the row needs none more (:func:`rates_to_run`), else None;
-    ``edge``: that best rate is still an edge of what was tried (the cap was reached)."""
+    """``{row: {"dev_ce": {rate: CE}, "dev_se", "dev_margin", "seconds", "steps", "done",
+    "rate", "all_diverged", "edge"}}`` from ``measured[row][rate]`` (a job's result), every
+    row of ``measured`` (one with nothing measured yet too): rates as :func:`rate_key`,
+    lowest first; ``dev_margin``: each other rate's :func:`margin` against
+    :data:`DEFAULT_RATE` (None where none can be formed); ``done``: the row needs no rate
+    more (:func:`rates_to_run`); ``rate``: once done, the chosen one (:func:`chosen_rate`),
+    None where every rate diverged (``all_diverged``); ``edge``: the chosen rate is still an
+    edge of what was tried (the cap was reached)."""
     out = {}
     for label, found in measured.items():
-        if not found:
-            continue
         rates = sorted(found)
-        ce = {r: found[r]["ce"] for r in rates}
-        done = not rates_to_run(ce, grid, factor, cap)
-        best = best_rate(ce) if done else None
-        out[label] = {"dev_ce": {rate_key(r): ce[r] for r in rates},
+        done = bool(found) and not rates_to_run(found, grid, factor, cap)
+        rate = chosen_rate(found) if done else None
+        base = found.get(DEFAULT_RATE)
+        out[label] = {"dev_ce": {rate_key(r): found[r]["ce"] for r in rates},
                       "dev_se": {rate_key(r): found[r]["se"] for r in rates},
+                      "dev_margin": {rate_key(r): None if base is None else margin(base, found[r])
+                                     for r in rates if r != DEFAULT_RATE},
                       "seconds": {rate_key(r): found[r]["seconds"] for r in rates},
-                      "steps": steps[label], "rate": best,
-                      "edge": bool(done and best in (rates[0], rates[-1]))}
+                      "steps": steps[label], "done": done, "rate": rate,
+                      "all_diverged": done and rate is None,
+                      "edge": bool(rate is not None and rate in (rates[0], rates[-1]))}
     return out
+
+
+def sweep_complete(sweep: dict) -> bool:
+    """Whether a sweep's artefact (or :func:`run_sweep`'s table) has every row done: each
+    row has its rate, or every rate of it diverged. Rows without ``done`` (an artefact made
+    before it was recorded) count as done where they have a rate."""
+    rows = sweep.get("rows") or {}
+    return bool(rows) and all(row.get("done", row.get("rate") is not None)
+                              for row in rows.values())
 
 
 def run_sweep(experiment, *, root, device, rows=None, jobs: int | None = None, echo=print,
               progress_every: float = 30.0, on_change=None, grid=RATES,
               factor: float = FACTOR, cap: int = MAX_EXTENSIONS) -> dict:
     """Train (or resume, or reuse) every run of the sweep and return its artefact:
-    ``{"grid", "factor", "max_extensions", "seed", "budget", "recipe", "dev", "rows":
-    sweep_table(...), "wall_seconds"}``. ``on_change(artefact)`` is called after each
+    ``{"grid", "default_rate", "rule", "factor", "max_extensions", "seed", "budget",
+    "recipe", "dev", "rows": sweep_table(...), "wall_seconds"}``, ``rows`` holding every
+    row of ``rows`` from the first call on. ``on_change(artefact)`` is called after each
     finished run, so that a cut sweep keeps what it measured (the command writes it)."""
     from ..data import load_corpus
 
+    if DEFAULT_RATE not in grid:
+        raise ValueError(f"the grid {list(grid)} must hold the recipe's rate {DEFAULT_RATE:g}")
     start = time.perf_counter()
     rows = list(rows or SCALE_ROWS)
     measured: dict = {label: {} for label in rows}
     steps = {label: sweep_spec(label, experiment, grid[0], root)["steps"] for label in rows}
     _, tc, _ = scale_configs(rows[0], experiment, SEED, [BUDGET])
-    head = {"grid": list(grid), "factor": factor, "max_extensions": cap, "seed": SEED,
-            "budget": BUDGET, "recipe": {"schedule": tc.schedule, "warmup": tc.warmup,
-                                         "decay_share": tc.decay_share,
-                                         "penalty_horizon": tc.penalty_horizon},
+    head = {"grid": list(grid), "default_rate": DEFAULT_RATE, "rule": RULE, "factor": factor,
+            "max_extensions": cap, "seed": SEED, "budget": BUDGET,
+            "recipe": {"schedule": tc.schedule, "warmup": tc.warmup,
+                       "decay_share": tc.decay_share, "penalty_horizon": tc.penalty_horizon},
             "dev": dev_definition(load_corpus(split=tc.split), tc.seq)}
 
     def artefact() -> dict:
@@ -215,8 +297,7 @@ def run_sweep(experiment, *, root, device, rows=None, jobs: int | None = None, e
     while True:
         specs, owners, names = {}, {}, {}
         for label in rows:
-            for rate in rates_to_run({r: v["ce"] for r, v in measured[label].items()},
-                                     grid, factor, cap):
+            for rate in rates_to_run(measured[label], grid, factor, cap):
                 specs[label, rate] = sweep_spec(label, experiment, rate, root)
                 owners[label, rate] = [(f"{label} at lr {rate_key(rate)}", SEED)]
                 names[f"{owners[label, rate][0][0]} (seed {SEED}):"] = (label, rate)
@@ -239,13 +320,34 @@ def run_sweep(experiment, *, root, device, rows=None, jobs: int | None = None, e
             measured[label][rate] = result
 
 
-def chosen_rates(sweep: dict, rows, where: str = "the sweep's artefact") -> dict:
-    """``{row: rate}`` for each of ``rows`` from a sweep's artefact (:func:`run_sweep`);
-    :class:`SweepError` naming ``make sweep`` where a row has no chosen rate."""
+def _row_states(sweep: dict, rows, where: str) -> dict:
+    """``{row: its entry}`` of a sweep's artefact for each of ``rows``; :class:`SweepError`
+    naming ``make sweep`` where the artefact was chosen by another rule, lacks a row or has
+    not finished it."""
+    fix = "run `make sweep` (it resumes), or train at the recipe's single rate with --recipe_rate"
+    if sweep.get("rule") != RULE:
+        raise SweepError(f"{where} was not made by the sweep's rule ({RULE}); {fix}")
     found = sweep.get("rows", {})
     for label in rows:
-        if (found.get(label) or {}).get("rate") is None:
+        row = found.get(label) or {}
+        if row.get("rate") is None and not row.get("all_diverged"):
             state = "is not finished for" if label in found else "has no"
-            raise SweepError(f"{where} {state} row {label!r}: run `make sweep` (it resumes), "
-                             "or train at the recipe's single rate with --recipe_rate")
-    return {label: float(found[label]["rate"]) for label in rows}
+            raise SweepError(f"{where} {state} row {label!r}: {fix}")
+    return {label: found[label] for label in rows}
+
+
+def chosen_rates(sweep: dict, rows, where: str = "the sweep's artefact") -> dict:
+    """``{row: rate}`` for each of ``rows`` that has a rate in a sweep's artefact
+    (:func:`run_sweep`): a row whose every rate diverged is left out (:func:`unrated_rows`
+    names it); :class:`SweepError` naming ``make sweep`` where a row is missing or not
+    finished, or the artefact was made by another rule."""
+    return {label: float(row["rate"]) for label, row in _row_states(sweep, rows, where).items()
+            if row["rate"] is not None}
+
+
+def unrated_rows(sweep: dict) -> list[str]:
+    """The rows of a sweep's artefact (:func:`run_sweep`) that have no rate because every
+    rate tried diverged, in the artefact's order: the study cannot train them at any rate
+    the sweep measured."""
+    return [label for label, row in (sweep.get("rows") or {}).items()
+            if row.get("all_diverged")]

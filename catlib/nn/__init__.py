@@ -18,7 +18,8 @@ One concept per module:
   ``distance_kernels`` keeps the old import path of the first two;
 - ``qk_attention`` (causal query-key attention, RoPE), ``baselines`` (the Transformer
   baselines), ``model`` (CAT and its attention factory), ``solvers`` (the depth solvers),
-  ``config`` (the model configuration), ``compat`` (the loader of published checkpoints).
+  ``config`` (the model configuration), ``kernel_choice`` (the kernels by name, their
+  families and the options each reads), ``compat`` (the loader of published checkpoints).
 
 This folder is what the code fingerprint reads (:func:`catlib.common.provenance.code_fingerprint`):
 a module added here is covered by it.

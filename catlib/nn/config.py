@@ -11,6 +11,13 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from .kernel_choice import check_kernel, unread_defaults
+# The kernels' names live in kernel_choice (their home); importable from here as before.
+from .kernel_choice import KERNELS as KERNELS  # noqa: F401
+from .kernel_choice import LEARNED_BIASES as LEARNED_BIASES  # noqa: F401
+from .kernel_choice import PRIOR_KERNELS as PRIOR_KERNELS  # noqa: F401
+from .kernel_choice import TRAIN_LENGTH_KERNELS as TRAIN_LENGTH_KERNELS  # noqa: F401
+
 BASES = ("fourier", "cheb")
 VARIANTS = ("published", "causal")
 SOLVER_NAMES = ("dopri5", "rk4-classic", "midpoint", "euler")
@@ -31,21 +38,6 @@ BASELINE_POSITIONS = ("sinusoidal", "rope", "alibi")
 # The RoPE/ALiBi baseline's layer: post-norm with ReLU (nn.TransformerEncoderLayer's, the
 # published baseline's; the default) or pre-norm with GELU and a final LayerNorm (nanoGPT's).
 BASELINE_BLOCKS = ("post-ln-relu", "pre-ln-gelu")
-# CAT's kernel: on positions rescaled to [0, 1] (published), on token distances
-# (relative; see catlib.nn.relative), or as the positional bias of query-key attention
-# (content; see catlib.nn.content); or that bias as a decaying prior, ALiBi's or KERPLE's,
-# plus a spectral residual that vanishes beyond the training length (catlib.nn.decay_prior);
-# or, in the same block, a learned bias of the literature in place of CAT's kernel
-# (LEARNED_BIASES: ALiBi plus learned buckets in place of the residual, KERPLE-log, FIRE;
-# catlib.nn.learned_bias) or FoX's data-dependent forget gate (catlib.nn.forgetting).
-LEARNED_BIASES = ("alibi-buckets", "kerple-log", "fire", "fox")
-KERNELS = ("absolute", "relative", "content", "alibi-prior", "kerple-prior") + LEARNED_BIASES
-# The decay-prior kernels (ALiBi's or KERPLE's prior plus a residual that lives on d < T_train):
-# the spectral residual's, or the learned buckets' ("alibi-buckets").
-PRIOR_KERNELS = ("alibi-prior", "kerple-prior", "alibi-buckets")
-# The kernels whose parameters are laid out from the training length ``train_length``: the
-# prior kernels' residual, FIRE's threshold L at initialisation.
-TRAIN_LENGTH_KERNELS = PRIOR_KERNELS + ("fire",)
 
 # The corrections of the published defects (the audit chapter measures each one):
 # field -> (published value, corrected value).
@@ -101,7 +93,7 @@ class CATConfig:
     positional_encoding: bool | None = None
     logit_dropout: bool | None = None
     baseline_positions: str = "sinusoidal"
-    kernel: str = "absolute"
+    kernel: str = "absolute"        # CAT's kernel: catlib.nn.kernel_choice.KERNELS
     kernel_scale: float = 4.0      # c, in tokens: distances enter as psi(d) = log(1 + d / c)
     kernel_horizon: float = 1024.0  # D, in tokens: psi(d) / psi(D) reaches 1 at d = D
     kernel_residual: bool = True    # prior kernels: learn the spectral residual (False: prior alone)
@@ -146,7 +138,7 @@ class CATConfig:
                 self.max_steps, int) or self.max_steps < 1):
             raise ValueError(f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
         self._validate_baseline_positions()
-        self._validate_kernel()
+        check_kernel(self)   # the kernel and the options it reads (kernel_choice)
         loops = self.baseline_loops
         if isinstance(loops, bool) or not isinstance(loops, int) or loops < 1:
             raise ValueError(f"baseline_loops must be an integer >= 1, got {loops!r}")
@@ -208,56 +200,18 @@ class CATConfig:
                 f"baseline_positions='rope' rotates pairs of features: the head size "
                 f"d_model / n_heads = {self.d_model // self.n_heads} must be even")
 
-    def _validate_kernel(self) -> None:
-        """The length-invariant kernels are built on the corrected causal operator."""
-        _choice("kernel", self.kernel, KERNELS)
-        for name in ("kernel_scale", "kernel_horizon"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be a number of tokens > 0, got {value!r}")
-        if not isinstance(self.kernel_residual, bool):
-            raise ValueError(f"kernel_residual must be True or False, got {self.kernel_residual!r}")
-        if not isinstance(self.attention_residual, bool):
-            raise ValueError(f"attention_residual must be True or False, "
-                             f"got {self.attention_residual!r}")
-        if self.kernel in TRAIN_LENGTH_KERNELS:
-            t = self.train_length
-            if isinstance(t, bool) or not isinstance(t, int) or t < 2:
-                why = ("its threshold L starts below it" if self.kernel == "fire"
-                       else "its residual lives on distances below it")
-                raise ValueError(
-                    f"kernel={self.kernel!r} needs train_length, the training sequence length "
-                    f"(an integer >= 2; {why}), got {t!r}; "
-                    f"e.g. train_length=128 for runs trained on 128 characters")
-        if self.kernel == "alibi-buckets" and not self.kernel_residual:
-            raise ValueError("kernel='alibi-buckets' with kernel_residual=False is ALiBi alone, "
-                             "the model of kernel='alibi-prior' with kernel_residual=False; use "
-                             "that, or kernel_residual=True for the learned buckets")
-        if isinstance(self.far_heads, bool) or not isinstance(self.far_heads, int) \
-                or not 0 <= self.far_heads <= self.n_heads:
-            raise ValueError(f"far_heads must be an integer from 0 to n_heads = {self.n_heads}, "
-                             f"got {self.far_heads!r}")
-        if self.far_heads and self.kernel not in PRIOR_KERNELS:
-            raise ValueError(f"far_heads is an option of the prior kernels {list(PRIOR_KERNELS)}, "
-                             f"not of kernel={self.kernel!r}; use e.g. kernel='kerple-prior'")
-        if self.kernel == "absolute":
-            return
-        causal = (self.variant != "published") if self.causal is None else self.causal
-        if not causal:
-            raise ValueError(
-                f"kernel={self.kernel!r} needs the causal corrected model, but causal resolves "
-                f"to False; use variant='causal' or set causal=True")
-
     def resolved(self, device=None) -> "CATConfig":
         """A copy with every correction left at ``None`` filled in from ``variant``, and a
         ``solver`` left at ``None`` from ``device`` (:func:`default_solver`; None: the CPU),
-        for the Python API and the command line alike."""
+        for the Python API and the command line alike; each option the kernel does not read
+        at its default (:func:`~catlib.nn.kernel_choice.unread_defaults`), so that configs
+        that build the same model resolve to one config, one identity and one run."""
         pick = 0 if self.variant == "published" else 1
         filled = {name: values[pick] for name, values in CORRECTIONS.items()
                   if getattr(self, name) is None}
         if self.solver is None:
             filled["solver"] = default_solver(device)
-        return dataclasses.replace(self, **filled)
+        return dataclasses.replace(self, **filled, **unread_defaults(self))
 
     def to_dict(self) -> dict:
         """The fields as JSON values (``train_solver_steps`` a list). ``train_solver_steps``

@@ -13,9 +13,10 @@ import torch
 import torch.nn as nn
 
 from .attention import ContinuousAttention
-from .config import KERNELS, CATConfig
+from .config import CATConfig
 from .decay_prior import DecayPriorAttention
 from .forgetting import ForgetGateAttention
+from .kernel_choice import KERNELS
 from .learned_bias import DistanceBiasAttention, FireAttention, KerpleLogKernel
 from .plan import Plan
 from .relative import RelativeAttention
@@ -30,7 +31,7 @@ def make_attention(cfg: CATConfig) -> nn.Module:
     "relative": :class:`~catlib.nn.relative.RelativeAttention`; "content":
     :class:`~catlib.nn.content.ContentAttention`; "alibi-prior", "kerple-prior":
     :class:`~catlib.nn.decay_prior.DecayPriorAttention`; the learned biases of
-    :data:`~catlib.nn.config.LEARNED_BIASES` in the same block: "alibi-buckets" (the
+    :data:`~catlib.nn.kernel_choice.LEARNED_BIASES` in the same block: "alibi-buckets" (the
     ALiBi prior with learned buckets as its residual), "kerple-log"
     (:class:`~catlib.nn.learned_bias.KerpleLogKernel`), "fire"
     (:class:`~catlib.nn.learned_bias.FireAttention`), "fox"

@@ -11,7 +11,8 @@ from ..training import distributed
 from ..data import DataError, load_corpus
 from ..common.devices import resolve_device
 from ..nn.config import CATConfig
-from ..training.loop import NonFiniteLoss, SideBySide, TrainConfig, train_loop
+from ..training.config import TrainConfig
+from ..training.loop import NonFiniteLoss, SideBySide, train_loop
 from .errors import RunError, RunInterrupted, StorageError, TrainingFailed
 from .files import load_checkpoint
 

@@ -15,7 +15,7 @@ import torch
 
 from ..nn.config import CATConfig
 from ..common.provenance import code_fingerprint
-from ..training.loop import TrainConfig
+from ..training.config import TrainConfig
 
 
 def config_hash(model_config: CATConfig, train_config: TrainConfig, data_sha256: str,

@@ -29,7 +29,7 @@ import torch
 from ..nn.baselines import Baseline
 from ..nn.config import CATConfig
 from ..nn.model import CAT
-from ..training.loop import TrainConfig
+from ..training.config import TrainConfig
 from .errors import RunError
 from .files import _read_json, _write_json, load_checkpoint
 

@@ -32,7 +32,9 @@ from ..measure.config import EvalConfig
 from ..measure.evaluate import check_settings
 from ..nn.config import CATConfig
 from ..common.provenance import code_fingerprint, environment, fingerprint_files
-from ..training.loop import NonFiniteLoss, SideBySide, TrainConfig, decay_start, train_loop
+from ..training.config import TrainConfig
+from ..training.loop import NonFiniteLoss, SideBySide, train_loop
+from ..training.schedule import decay_start
 from .branches import branch_configs, branch_file, branch_name, branch_state, save_branch
 from .errors import RunError, RunInterrupted, StorageError, TrainingFailed
 from .evaluation import _stored_eval, eval_settings, evaluate_run

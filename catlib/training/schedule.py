@@ -6,15 +6,24 @@ so that a resumed run, every rank and a run branched from a longer one see the s
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:   # a type only: config.py imports this module
-    from .config import TrainConfig
-
 SCHEDULES = ("constant", "wsd")
+
+
+class Recipe(Protocol):
+    """What :func:`learning_rate` reads of a run's settings (a
+    :class:`~catlib.training.config.TrainConfig`, which imports this module for
+    :data:`SCHEDULES` and :func:`decay_start`; this module imports nothing of it)."""
+
+    lr: float
+    schedule: str
+    warmup: int
+    train_steps: int
+    decay_share: float
 
 
 def penalty_weight(step: int, train_steps: int, sob_lambda: float, once: bool) -> float:
@@ -35,7 +44,7 @@ def decay_start(train_steps: int, decay_share: float) -> int:
     return train_steps - (max(1, n) if decay_share else 0)
 
 
-def learning_rate(step: int, tc: TrainConfig) -> float:
+def learning_rate(step: int, tc: Recipe) -> float:
     """The learning rate of 0-based ``step``: ``tc.lr`` (constant), or for "wsd" ``lr (step +
     1) / warmup`` during the warm-up, ``lr`` until :func:`decay_start`, then ``lr (n -
     step) / d`` over the last d steps of n, down to lr / d at the last step (the rate a
