@@ -114,8 +114,8 @@ def test_90_10_split(tiny_path, corpus):
     cut = int(0.9 * CORPUS_CHARS)
     assert c.split == "90/10" and corpus.split == "published"
     assert torch.equal(c.val, c.ids[cut:])
-    # the dev slice: the training part's last 50,000 characters, trained on by no run
-    assert torch.equal(c.train, c.ids[:cut - 50_000]) and torch.equal(c.dev, c.ids[cut - 50_000:cut])
+    # the dev slice: the corpus' first 50,000 characters, before the training part
+    assert torch.equal(c.train, c.ids[50_000:cut]) and torch.equal(c.dev, c.ids[:50_000])
     assert corpus.dev is None and len(corpus.train) == 50_000
     with pytest.raises(ValueError, match="split must be one of"):
         load_corpus(tiny_path, split="80/20")
@@ -130,3 +130,27 @@ def test_the_encoded_corpus_is_each_characters_id_and_each_callers_own(tiny_path
     assert torch.equal(a.ids, torch.tensor([a.vocab.stoi[c] for c in a.text]))
     a.ids[:10] = 0
     assert not torch.equal(load_corpus(tiny_path).ids[:10], a.ids[:10])
+
+
+def test_the_dev_slice_takes_nothing_from_beside_the_validation_split(tiny_path):
+    # Issue 61, item 1. Fails on 364f0a7: the dev slice was the training part's last 50,000
+    # characters (953,854-1,003,854), the validation text's nearest neighbours.
+    import numpy as np
+
+    from catlib.data import DEV_CHARS
+
+    c = load_corpus(tiny_path, split="90/10")
+    text = c.ids.numpy().astype(np.uint8).tobytes()       # 65 ids: one byte each
+    dev_start = text.find(c.dev.numpy().astype(np.uint8).tobytes())
+    val_start = len(c.ids) - len(c.val)
+    assert dev_start >= 0 and dev_start + DEV_CHARS <= val_start - DEV_CHARS, dev_start
+
+    from catlib.data import split_parts                    # where the page reads them
+    parts = split_parts(len(c.ids), "90/10")
+    assert parts == {"dev": (0, 50_000), "train": (50_000, 1_003_854),
+                     "val": (1_003_854, CORPUS_CHARS)}
+    for name, (start, stop) in parts.items():
+        assert torch.equal(getattr(c, name), c.ids[start:stop]), name
+    assert parts["train"][1] == val_start                  # training runs up to validation
+    assert split_parts(len(c.ids), "published") == {"train": (0, 50_000), "dev": None,
+                                                    "val": (50_000, CORPUS_CHARS)}

@@ -139,8 +139,8 @@ def test_the_sweep_scores_on_the_dev_slice_only(data, tmp_path, monkeypatch):
     corpus = load_corpus(split="90/10")
     dev = out["dev"]
     assert len(read) == 3 and set(out["rows"][scale.ALIBI]["dev_ce"]) == {"0.002", "0.004", "0.008"}
-    assert (dev["start"], dev["chars"]) == (len(corpus.train), DEV_CHARS)
-    assert dev["start"] + dev["chars"] <= len(corpus.ids) - len(corpus.val)   # before val
+    assert (dev["start"], dev["chars"]) == (0, DEV_CHARS)          # the corpus' opening
+    assert dev["start"] + dev["chars"] <= len(corpus.ids) - len(corpus.train) - len(corpus.val)
     for text, length, n, span in read:
         assert text.storage_offset() == dev["start"] and len(text) == DEV_CHARS
         assert torch.equal(text, corpus.dev) and span is None

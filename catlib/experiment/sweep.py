@@ -40,6 +40,7 @@ import time
 import torch
 
 from ..common.verdicts import t_quantile
+from ..data import split_parts
 from ..measure.evaluate import window_se
 from ..nn.config import CATConfig
 from ..runs import (NotStored, TrainingFailed, stored_only, stored_with_run, train_run,
@@ -154,10 +155,11 @@ def dev_definition(corpus, length: int) -> dict:
     if corpus.dev is None:
         raise ValueError(f"the {corpus.split!r} split has no dev slice; use the 90/10 split")
     n = (len(corpus.dev) - length - 1) // length
-    return {"split": corpus.split, "start": len(corpus.train), "chars": len(corpus.dev),
+    start, stop = split_parts(len(corpus.ids), corpus.split)["dev"]
+    return {"split": corpus.split, "start": start, "chars": stop - start,
             "length": length, "windows": n,
-            "what": "the training part's last characters: trained on by no run, read by no "
-                    "reported CE"}
+            "what": "the corpus' first characters, before the training part: trained on by no "
+                    "run, read by no reported CE"}
 
 
 def dev_ce(run, model_key: str, corpus, length: int, device=None) -> dict:
