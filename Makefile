@@ -122,9 +122,9 @@ scale: venv
 	$(PY) -m catlib.book.scale --device $(if $(filter auto,$(DEVICE)),cpu,$(DEVICE))
 
 # The learning-rate sweep that `make scale` reads (catlib/experiment/sweep.py): every row of
-# the study at 1x, seed 0, at 2e-3, 4e-3 and 8e-3 (extended by 2 beyond an edge that wins,
+# the study at 1x, seeds 0 and 1, at 2e-3, 4e-3 and 8e-3 (extended by 2 beyond an edge that wins,
 # at most twice), scored on the dev slice; a row keeps 4e-3 unless another rate wins by a
-# called margin. Writes results/lr_sweep_<device>.partial.json after each finished run and
+# called margin on both seeds. Writes results/lr_sweep_<device>.partial.json after each finished run and
 # replaces results/lr_sweep_<device>.json only when every row is done; stopped and started
 # again, it resumes.
 sweep: venv

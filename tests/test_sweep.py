@@ -52,33 +52,47 @@ def _scores(ce: dict, sd: float = 0.0, windows: int = 100, seed: int = 0) -> dic
     return out
 
 
+def _two(ce: dict, other: dict | None = None, sd: float = 0.0, windows: int = 100) -> dict:
+    """``{rate: {seed: job result}}`` of a row's runs on seeds 0 and 1 (:func:`_scores`
+    each): dev CE ``ce[rate]`` on seed 0 and ``other[rate]`` (default ``ce[rate]``) on
+    seed 1, each seed with windows of its own."""
+    first, second = _scores(ce, sd, windows, seed=0), _scores(other or ce, sd, windows, seed=1)
+    return {rate: {0: first[rate], 1: second[rate]} for rate in first}
+
+
 def test_the_grid_extends_by_2_beyond_a_winning_edge_until_interior_or_capped():
     assert sweep.DEFAULT_RATE == 4e-3 == profiles.experiment("cpu").train.lr
-    assert sweep.DEFAULT_RATE in sweep.RATES
-    ce = _scores({2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1})
+    assert sweep.DEFAULT_RATE in sweep.RATES and sweep.SWEEP_SEEDS == (0, 1)
+    ce = _two({2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1})
     assert sweep.next_rate(ce) is None and sweep.chosen_rate(ce) == 4e-3      # interior
     high = {2e-3: 3.0, 4e-3: 2.9, 8e-3: 2.8}
-    assert sweep.next_rate(_scores(high)) == pytest.approx(16e-3)
-    assert sweep.next_rate(_scores({**high, 16e-3: 2.7})) == pytest.approx(32e-3)
-    assert sweep.next_rate(_scores({**high, 16e-3: 2.7, 32e-3: 2.6})) is None  # the cap: 2
-    assert sweep.next_rate(_scores({**high, 16e-3: 2.9})) is None              # interior now
+    assert sweep.next_rate(_two(high)) == pytest.approx(16e-3)
+    assert sweep.next_rate(_two({**high, 16e-3: 2.7})) == pytest.approx(32e-3)
+    assert sweep.next_rate(_two({**high, 16e-3: 2.7, 32e-3: 2.6})) is None  # the cap: 2
+    assert sweep.next_rate(_two({**high, 16e-3: 2.9})) is None              # interior now
     low = {2e-3: 2.8, 4e-3: 2.9, 8e-3: 3.0}
-    assert sweep.next_rate(_scores(low)) == pytest.approx(1e-3)
-    assert sweep.next_rate(_scores({**low, 1e-3: 2.7})) == pytest.approx(5e-4)
-    assert sweep.next_rate(_scores({**low, 1e-3: 2.7, 5e-4: 2.6})) is None
-    assert sweep.next_rate(_scores(high), cap=0) is None
-    # a diverged run (None or NaN) is never chosen; where the recipe's rate diverged, the
-    # lowest CE of the rest
-    assert sweep.chosen_rate(_scores({2e-3: 3.0, 4e-3: 2.9, 8e-3: None})) == 4e-3
-    nan = {**_scores({2e-3: 3.0, 4e-3: 2.9}), 8e-3: {"ce": float("nan"), "se": None}}
-    assert sweep.next_rate(nan) is None
-    assert sweep.chosen_rate(_scores({2e-3: 3.0, 4e-3: None, 8e-3: 2.95})) == 8e-3
-    # the grid first, then its extension, then nothing
-    assert sweep.rates_to_run(_scores({4e-3: 2.9})) == [2e-3, 8e-3]
-    assert sweep.rates_to_run(_scores(high)) == [pytest.approx(16e-3)]
-    assert sweep.rates_to_run(ce) == []
-    with pytest.raises(ValueError, match="not measured yet"):
-        sweep.next_rate(_scores({4e-3: 2.9}))
+    assert sweep.next_rate(_two(low)) == pytest.approx(1e-3)
+    assert sweep.next_rate(_two({**low, 1e-3: 2.7})) == pytest.approx(5e-4)
+    assert sweep.next_rate(_two({**low, 1e-3: 2.7, 5e-4: 2.6})) is None
+    assert sweep.next_rate(_two(high), cap=0) is None
+    # an edge that wins on one seed only is no winner: the grid does not extend
+    assert sweep.next_rate(_two(high, {**high, 8e-3: 3.0})) is None
+    # a diverged run (None or NaN, on either seed) is never chosen; where the recipe's rate
+    # diverged, the lowest mean CE of the rest
+    assert sweep.chosen_rate(_two({2e-3: 3.0, 4e-3: 2.9, 8e-3: None})) == 4e-3
+    assert sweep.chosen_rate(_two(high, {**high, 8e-3: None})) == 4e-3
+    nan = _two({2e-3: 3.0, 4e-3: 2.9, 8e-3: 2.8})
+    nan[8e-3][1] = {"ce": float("nan"), "se": None}
+    assert sweep.next_rate(nan) is None and sweep.chosen_rate(nan) == 4e-3
+    assert sweep.chosen_rate(_two({2e-3: 3.0, 4e-3: None, 8e-3: 2.95})) == 8e-3
+    # the grid first (every rate on both seeds), then its extension on both, then nothing
+    assert sweep.runs_to_do(_two({4e-3: 2.9})) == [(2e-3, 0), (2e-3, 1), (8e-3, 0), (8e-3, 1)]
+    assert sweep.runs_to_do(_two(high)) == [(pytest.approx(16e-3), 0), (pytest.approx(16e-3), 1)]
+    one_seed = {r: {0: by[0]} for r, by in _two(high).items()}
+    assert sweep.runs_to_do(one_seed) == [(2e-3, 1), (4e-3, 1), (8e-3, 1)]
+    assert sweep.runs_to_do(ce) == []
+    with pytest.raises(ValueError, match="not measured on seeds"):
+        sweep.next_rate(_two({4e-3: 2.9}))
 
 
 def test_a_row_whose_every_rate_diverged_has_no_rate_and_no_extension():
@@ -86,12 +100,12 @@ def test_a_row_whose_every_rate_diverged_has_no_rate_and_no_extension():
     why), the grid does not extend below it, the study is given no rate for it, and
     :func:`unrated_rows` names it for the scale command to refuse."""
     every = {r: None for r in (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)}
-    table = sweep.sweep_table({scale.FOX: _scores(every), scale.ALIBI: _scores(
+    table = sweep.sweep_table({scale.FOX: _two(every), scale.ALIBI: _two(
         {2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1})}, {scale.FOX: 10, scale.ALIBI: 10})
     fox = table[scale.FOX]
     assert fox["rate"] is None and fox["edge"] is False
     assert fox["all_diverged"] is True and fox["done"] is True
-    assert sweep.rates_to_run(_scores({r: None for r in sweep.RATES})) == []    # no extension
+    assert sweep.runs_to_do(_two({r: None for r in sweep.RATES})) == []    # no extension
     artefact = {"rule": sweep.RULE, "rows": table}
     assert sweep.chosen_rates(artefact, [scale.FOX, scale.ALIBI]) == {scale.ALIBI: 4e-3}
     assert sweep.unrated_rows(artefact) == [scale.FOX]
@@ -101,25 +115,31 @@ def test_a_row_whose_every_rate_diverged_has_no_rate_and_no_extension():
 
 def test_a_rate_ahead_of_4e3_by_less_than_its_margin_is_not_chosen():
     """Issue 61 ("a rate chosen on a tie"): 8e-3 lower than 4e-3 by less than the called
-    margin of the paired difference over the dev windows keeps 4e-3; lower by much more, it
-    is chosen. The margin is t(0.975, n-1) x sd(per-window difference) / sqrt(n)."""
-    near = _scores({2e-3: 1.80, 4e-3: 1.700, 8e-3: 1.696, 16e-3: 1.75}, sd=0.05)
+    margin of the paired difference over the dev windows keeps 4e-3; lower by much more on
+    both seeds, it is chosen. The margin is t(0.975, n-1) x sd(per-window difference) /
+    sqrt(n), on each seed."""
+    near = _two({2e-3: 1.80, 4e-3: 1.700, 8e-3: 1.696, 16e-3: 1.75}, sd=0.05)
     table = sweep.sweep_table({scale.ALIBI: near}, {scale.ALIBI: 10})[scale.ALIBI]
-    assert table["rate"] == 4e-3 and table["done"]
-    d = np.subtract(near[8e-3]["window_ce"], near[4e-3]["window_ce"])
-    m = sweep.margin(near[4e-3], near[8e-3])
-    assert m == pytest.approx(t_quantile(99) * d.std(ddof=1) / np.sqrt(100))
-    assert 0.004 < m                                       # 8e-3 wins by 0.004: a tie
-    assert table["dev_margin"]["0.008"] == pytest.approx(m)
-    assert f"0.008: -0.0040 ({m:.4f})" in summary({"rows": {scale.ALIBI: table}})
-    far = _scores({2e-3: 1.80, 4e-3: 1.700, 8e-3: 1.650, 16e-3: 1.75}, sd=0.05)
-    assert 1.700 - 1.650 > sweep.margin(far[4e-3], far[8e-3])
+    assert table["rate"] == 4e-3 and table["done"] and table["called"]["0.008"] is False
+    for seed in (0, 1):
+        d = np.subtract(near[8e-3][seed]["window_ce"], near[4e-3][seed]["window_ce"])
+        m = sweep.margin(near[4e-3][seed], near[8e-3][seed])
+        assert m == pytest.approx(t_quantile(99) * d.std(ddof=1) / np.sqrt(100))
+        assert 0.004 < m                                   # 8e-3 wins by 0.004: a tie
+        assert table["dev_margin"]["0.008"][str(seed)] == pytest.approx(m)
+        assert table["lead"]["0.008"][str(seed)] == pytest.approx(0.004)
+    m0, m1 = (table["dev_margin"]["0.008"][s] for s in "01")
+    assert f"0.008: +0.0040 ({m0:.4f}); +0.0040 ({m1:.4f})" in summary(
+        {"seeds": [0, 1], "rows": {scale.ALIBI: table}})
+    far = _two({2e-3: 1.80, 4e-3: 1.700, 8e-3: 1.650, 16e-3: 1.75}, sd=0.05)
+    assert all(1.700 - 1.650 > sweep.margin(far[4e-3][s], far[8e-3][s]) for s in (0, 1))
     assert sweep.sweep_table({scale.ALIBI: far}, {scale.ALIBI: 10})[scale.ALIBI]["rate"] == 8e-3
     # without per-window CEs (a score kept before them), the bound t x (se + se): wider
-    no_windows = {r: {k: v for k, v in s.items() if k != "window_ce"} for r, s in near.items()}
-    bound = sweep.margin(no_windows[4e-3], no_windows[8e-3])
-    assert bound == pytest.approx(t_quantile(99) * (near[4e-3]["se"] + near[8e-3]["se"]))
-    assert bound > m
+    no_windows = {r: {s: {k: v for k, v in score.items() if k != "window_ce"}
+                      for s, score in by.items()} for r, by in near.items()}
+    bound = sweep.margin(no_windows[4e-3][0], no_windows[8e-3][0])
+    assert bound == pytest.approx(t_quantile(99) * (near[4e-3][0]["se"] + near[8e-3][0]["se"]))
+    assert bound > sweep.margin(near[4e-3][0], near[8e-3][0])
     assert sweep.chosen_rate(no_windows) == 4e-3
 
 
@@ -138,7 +158,8 @@ def test_the_sweep_scores_on_the_dev_slice_only(data, tmp_path, monkeypatch):
                           echo=None, cap=0)
     corpus = load_corpus(split="90/10")
     dev = out["dev"]
-    assert len(read) == 3 and set(out["rows"][scale.ALIBI]["dev_ce"]) == {"0.002", "0.004", "0.008"}
+    assert len(read) == 6 and out["rows"][scale.ALIBI]["dev_ce"].keys() == {"0.002", "0.004", "0.008"}
+    assert all(by.keys() == {"0", "1"} for by in out["rows"][scale.ALIBI]["dev_ce"].values())
     assert (dev["start"], dev["chars"]) == (0, DEV_CHARS)          # the corpus' opening
     assert dev["start"] + dev["chars"] <= len(corpus.ids) - len(corpus.train) - len(corpus.val)
     for text, length, n, span in read:
@@ -147,6 +168,11 @@ def test_the_sweep_scores_on_the_dev_slice_only(data, tmp_path, monkeypatch):
         assert (length, n) == (dev["length"], dev["windows"]) == (32, (DEV_CHARS - 33) // 32)
         # the last window and the id after it end inside the slice
         assert (n - 1) * length + length + 1 <= DEV_CHARS
+
+
+def _runs(dev_ce: dict) -> int:
+    """The runs an artefact row's ``dev_ce`` (``{rate: {seed: CE}}``) holds."""
+    return sum(len(by_seed) for by_seed in dev_ce.values())
 
 
 def test_a_cut_sweep_keeps_what_it_measured_and_resumes(data, tmp_path, monkeypatch):
@@ -168,7 +194,7 @@ def test_a_cut_sweep_keeps_what_it_measured_and_resumes(data, tmp_path, monkeypa
                         jobs=1, echo=None, on_change=write, cap=0)
     kept = json.loads(partial_path(path).read_text())
     first = kept["rows"][scale.ALIBI]["dev_ce"]
-    assert len(first) == 2 and kept["rows"][scale.ALIBI]["rate"] is None
+    assert _runs(first) == 2 and kept["rows"][scale.ALIBI]["rate"] is None
     assert kept["complete"] is False and not path.exists()
     # its table beside it, saying it is not finished
     assert "; not finished._" in partial_path(path).with_suffix(".md").read_text()
@@ -180,9 +206,11 @@ def test_a_cut_sweep_keeps_what_it_measured_and_resumes(data, tmp_path, monkeypa
                           jobs=1, echo=said.append, on_change=write, cap=0)
     done = [line for line in said if " at lr " in line]
     assert sum("reused run" in line for line in done) == 2
-    assert sum("trained run" in line for line in done) == 1
+    assert sum("trained run" in line for line in done) == 4
+    assert {line.split(": ")[0][-8:] for line in done} == {"(seed 0)", "(seed 1)"}
     again = out["rows"][scale.ALIBI]["dev_ce"]
-    assert {k: again[k] for k in first} == first and len(again) == 3
+    assert all(again[r][s] == ce for r, by in first.items() for s, ce in by.items())
+    assert _runs(again) == 6
     assert json.loads(path.read_text())["complete"] is True
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lr_sweep")) == [
         path.name, path.with_suffix(".md").name]         # the sweep in progress is gone
@@ -214,14 +242,14 @@ def test_a_rerun_keeps_the_complete_artefact_until_the_new_one_is_complete(data,
                         jobs=1, echo=None, on_change=write, cap=0)
     assert (path.read_bytes(), path.with_suffix(".md").read_bytes()) == before
     progress = json.loads(partial_path(path).read_text())
-    assert progress["complete"] is False and len(progress["rows"][scale.ALIBI]["dev_ce"]) == 1
+    assert progress["complete"] is False and _runs(progress["rows"][scale.ALIBI]["dev_ce"]) == 1
 
     monkeypatch.setattr(sweep, "_sweep_job", real)
     sweep.run_sweep(_small(), root=tmp_path / "new", device="cpu", rows=[scale.ALIBI],
                     jobs=1, echo=None, on_change=write, cap=0)
     after = json.loads(path.read_text())
     assert after["complete"] is True and after["provenance"]["code"] == "new"
-    assert len(after["rows"][scale.ALIBI]["dev_ce"]) == 3 and not partial_path(path).exists()
+    assert _runs(after["rows"][scale.ALIBI]["dev_ce"]) == 6 and not partial_path(path).exists()
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name, path.with_suffix(".md").name]
 
 
@@ -229,7 +257,7 @@ def test_a_sweep_is_complete_only_when_every_row_is_done(tmp_path):
     """Issue 60, item 7: one row done while another has no finished run yet is a sweep in
     progress (the table names every row of the sweep), never written over the complete
     artefact."""
-    table = sweep.sweep_table({scale.ALIBI: _scores({2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1}),
+    table = sweep.sweep_table({scale.ALIBI: _two({2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1}),
                                scale.ROPE: {}}, {scale.ALIBI: 10, scale.ROPE: 10})
     path = tmp_path / "lr_sweep_smoke_cpu.json"
     writer(path, {"profile": "smoke"})({"rows": table})
@@ -265,9 +293,10 @@ def test_the_study_trains_each_row_at_the_sweeps_best_rate(data, tmp_path):
     table = sweep.run_sweep(e, root=tmp_path / "sweep", device="cpu", rows=[scale.ALIBI], jobs=1,
                             echo=None)
     best = table["rows"][scale.ALIBI]["rate"]
-    ce = {float(r): v for r, v in table["rows"][scale.ALIBI]["dev_ce"].items()}
-    margin = table["rows"][scale.ALIBI]["dev_margin"][sweep.rate_key(best)]
-    assert best != e.train.lr and ce[e.train.lr] - ce[best] > margin     # called
+    row = table["rows"][scale.ALIBI]
+    lead, margin = (row[k][sweep.rate_key(best)] for k in ("lead", "dev_margin"))
+    assert best != e.train.lr and row["called"][sweep.rate_key(best)]
+    assert all(lead[s] > margin[s] for s in ("0", "1"))                 # called on both
     others = {label: {"rate": 8e-3} for label in scale.SCALE_ROWS if label != scale.ALIBI}
     write({**table, "rows": {**table["rows"], **others}})
 

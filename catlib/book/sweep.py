@@ -1,12 +1,12 @@
 """``python -m catlib.book.sweep`` (``make sweep``): each row of the scale study at its own
-learning rate (:mod:`catlib.experiment.sweep`: 1x, seed 0, rates 2e-3, 4e-3 and 8e-3,
-extended by 2 beyond a winning edge, scored on the dev slice; a row keeps 4e-3 unless
-another rate is lower by a called margin), at a profile's sizes on one device. The sweep in
-progress is written beside its artefact after each finished run
+learning rate (:mod:`catlib.experiment.sweep`: 1x, seeds 0 and 1, rates 2e-3, 4e-3 and 8e-3,
+extended by 2 beyond an edge that wins, scored on the dev slice; a row keeps 4e-3 unless
+another rate is lower by a called margin on both seeds), at a profile's sizes on one
+device. The sweep in progress is written beside its artefact after each finished run
 (``results/lr_sweep_<device>.partial.json``); ``results/lr_sweep_<device>.json`` is
 replaced, atomically, only by a complete sweep, so that a rerun keeps the last complete one
 until it has finished. Resumable: run it again and it reuses what it trained. ``make
-scale`` reads each row's rate from it."""
+scale`` reads each row's rate from it, and the runs themselves as its 1x branches."""
 from __future__ import annotations
 
 import argparse
@@ -30,9 +30,6 @@ def check_args(args) -> tuple:
     device = check_places(args, "lr_sweep")
     path = Path(args.out) / artefact_name("lr_sweep", args.profile, device.type)
     return device, profile_experiment(args.profile), path
-
-
-
 
 
 def writer(path: Path, provenance: dict):
@@ -62,40 +59,66 @@ def writer(path: Path, provenance: dict):
 
 
 def summary(table: dict) -> str:
-    """The sweep as a Markdown table: dev CE per rate of each row, its chosen rate, and the
-    reason: the other rate of lowest dev CE, its difference from the recipe's rate and the
-    margin it had to beat."""
+    """The sweep as Markdown: a line saying how to read it, then a table of each row's dev
+    CE per rate on each seed ("1.7655 / 1.7601": seed 0 / seed 1), its chosen rate, and the
+    margin: the chosen rate's lead over the recipe's on each seed and the called margin it
+    had to beat there, or, where the row kept the recipe's rate, the lead and margin of the
+    other rate of lowest mean dev CE."""
+    seeds = [str(s) for s in table.get("seeds") or sorted(
+        {s for row in table["rows"].values() for by in row.get("dev_ce", {}).values() for s in by})]
     rates = sorted({float(r) for row in table["rows"].values() for r in row.get("dev_ce", {})})
     body = []
     for label, row in table["rows"].items():
-        ce = {float(r): v for r, v in row.get("dev_ce", {}).items()}
-        body.append([label, *(("—" if r not in ce else "diverged" if ce[r] is None
-                               else f"{ce[r]:.4f}") for r in rates),
-                     _rate_cell(row), _against_default(ce, row.get("dev_margin", {}))])
-    return md_table(["row", *(f"{r:g}" for r in rates), "rate",
-                     f"lowest other − {DEFAULT_RATE:g} (margin)"],
-                    body, "l" + "r" * (len(rates) + 2))
+        ce = {float(r): by for r, by in row.get("dev_ce", {}).items()}
+        body.append([label, *(_ce_cell(ce.get(r), seeds) for r in rates), _rate_cell(row),
+                     _margin_cell(row, seeds)])
+    legend = (f"Dev CE per rate, seed {' / seed '.join(seeds)}. A row keeps {DEFAULT_RATE:g} "
+              "unless another rate leads it by more than the called margin on every seed; "
+              f"the last column gives the chosen rate's lead over {DEFAULT_RATE:g} on each "
+              "seed and, in brackets, the called margin it had to beat there (where the row "
+              f"kept {DEFAULT_RATE:g}: those of the other rate of lowest mean dev CE).")
+    return legend + "\n\n" + md_table(
+        ["row", *(f"{r:g}" for r in rates), "rate",
+         f"lead over {DEFAULT_RATE:g} (margin), seed {'; seed '.join(seeds)}"],
+        body, "l" + "r" * (len(rates) + 2))
+
+
+def _ce_cell(by_seed: dict | None, seeds: list[str]) -> str:
+    """One rate's dev CEs, "1.7655 / 1.7601" in the order of ``seeds``: "—" for a run not
+    measured (a rate not tried: "—" alone), "diverged" for one that diverged."""
+    if not by_seed:
+        return "—"
+    return " / ".join("—" if s not in by_seed else "diverged" if by_seed[s] is None
+                      else f"{by_seed[s]:.4f}" for s in seeds)
 
 
 def _rate_cell(row: dict) -> str:
     """A row's chosen rate as the table says it: the rate (with "(edge)" where the grid's
     extension was capped), "none: every rate diverged", or "—" while not finished."""
     if row.get("all_diverged"):
-        return "none: every rate diverged"
+        return "none: every rate diverged (on a seed)"
     if row["rate"] is None:
         return "—"
     return f"{row['rate']:g}" + (" (edge)" if row.get("edge") else "")
 
 
-def _against_default(ce: dict, margins: dict) -> str:
-    """The other rate of lowest dev CE against :data:`DEFAULT_RATE`: "8e-3: -0.0011
-    (0.0040)", the difference and its called margin; "—" where either is missing."""
-    others = {r: v for r, v in ce.items() if r != DEFAULT_RATE and v is not None}
-    if not others or ce.get(DEFAULT_RATE) is None:
+def _margin_cell(row: dict, seeds: list[str]) -> str:
+    """The rate the row's margin is read on (:func:`summary`) against :data:`DEFAULT_RATE`,
+    "0.008: +0.0011 (0.0040); -0.0003 (0.0042)": its lead on each seed (positive: lower dev
+    CE than the recipe's) and the margin it had to beat; "—" where there is none (the
+    recipe's rate diverged, or no other rate has a mean)."""
+    shown = row.get("rate")
+    if shown is None or shown == DEFAULT_RATE:
+        means = {float(r): m for r, m in (row.get("mean_dev_ce") or {}).items()
+                 if m is not None and float(r) != DEFAULT_RATE}
+        shown = min(means, key=means.get) if means else None
+    lead = (row.get("lead") or {}).get(f"{shown:g}") if shown is not None else None
+    if not lead or any(lead.get(s) is None for s in seeds):
         return "—"
-    r = min(others, key=others.get)
-    m = margins.get(f"{r:g}")
-    return f"{r:g}: {others[r] - ce[DEFAULT_RATE]:+.4f}" + ("" if m is None else f" ({m:.4f})")
+    margins = (row.get("dev_margin") or {}).get(f"{shown:g}") or {}
+    return f"{shown:g}: " + "; ".join(
+        f"{lead[s]:+.4f}" + ("" if margins.get(s) is None else f" ({margins[s]:.4f})")
+        for s in seeds)
 
 
 def main(argv=None) -> int:

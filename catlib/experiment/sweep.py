@@ -1,34 +1,42 @@
 """Each row of the scale study at its own learning rate, chosen on the dev slice.
 
 The sweep trains every row of :data:`catlib.experiment.scale.SCALE_ROWS` at the 1x budget
-on seed 0 (:data:`SEED`, :data:`BUDGET`; the study's configurations,
+(:data:`BUDGET`) on each seed of :data:`SWEEP_SEEDS` (0 and 1; the study's configurations,
 :func:`~catlib.experiment.scale.scale_configs`) at each rate of :data:`RATES`, the book's
 recipe otherwise unchanged (its warm-up and decay shares are shares of the steps, so they
 do not move with the rate).
 
 A row keeps the recipe's rate (:data:`DEFAULT_RATE`, 4e-3) unless another rate's dev CE is
-lower than the default's by more than a called margin (:func:`chosen_rate`): a rate that
-wins by less than what another sample of windows could move the difference by is a tie,
-and a tie keeps the recipe. The margin (:func:`margin`) is the half-width of the 95 %
-interval of the difference of the two runs' dev CEs over the dev windows, which both runs
-read: ``t(0.975, n−1) · sd(d) / sqrt(n)`` over the ``n`` per-window differences ``d``. The
-sweep's runs are one seed each, so the margin holds the windows' sampling only, not what
-another seed would move a run by. Where the chosen rate is the lowest or highest of those
-tried, the grid is extended on that side by :data:`FACTOR`, up to :data:`MAX_EXTENSIONS`
-times (:func:`next_rate`). A row whose every rate diverged has no rate and extends nothing
-(:func:`unrated_rows`: the study names it and refuses it).
+lower than the default's by more than a called margin on every seed (:func:`chosen_rate`);
+of the rates that are, it takes the one of lowest mean dev CE over the seeds. On one seed,
+a rate that wins by less than what another sample of windows could move the difference by
+is a tie, and the windows' margin holds nothing of what another seed moves a run by, so a
+rate that wins on one seed and not on the other is a tie too (issue 61: by its lowest dev
+CE on seed 0 alone, the sweep took 8e-3 for ALiBi by 0.0011 nats, where a seed moves that
+CE by about 0.005, and on validation 8e-3 cost ALiBi 0.024). A tie keeps the recipe. The
+margin on a seed (:func:`margin`) is the half-width of the 95 % interval of the difference
+of the two runs' dev CEs over the dev windows, which both runs read: ``t(0.975, n−1) ·
+sd(d) / sqrt(n)`` over the ``n`` per-window differences ``d``. Where the chosen rate is the lowest or highest
+of those tried (an edge that wins by this rule), the grid is extended on that side by
+:data:`FACTOR`, up to :data:`MAX_EXTENSIONS` times (:func:`next_rate`). A rate that
+diverged on a seed is never chosen; a row whose every rate did has no rate and extends
+nothing (:func:`unrated_rows`: the study names it and refuses it).
 
 Each run is scored on the dev slice only (``Corpus.dev``: trained on by no run and read by
 no reported CE): every non-overlapping window of the training length (:func:`dev_ce`,
 stored with the run). The validation split is never read: the runs are trained without
-their usual evaluation.
+their usual evaluation. The artefact records the slice (:func:`dev_definition`), and the
+study reads no artefact whose slice is not today's (:func:`check_dev`): its rates were
+chosen on other characters, which may now be trained on.
 
-The runs train in the experiment's pool (:func:`catlib.experiment.pool.run_jobs`), the
-grid's rates of every row at once, then each extension; a finished run and its dev score
-are reused, so a cut sweep resumes where it stopped. Each run has the configuration, so the
-config hash, of the study's run of its row at seed 0 and the 1x budget at that rate (the
-study's branch of its seed-0 run); it is kept under the sweep's own root, named
-``<variant>-<config hash[:8]>`` as any run (:func:`sweep_spec` opens it).
+The runs train in the experiment's pool (:func:`catlib.experiment.pool.run_jobs`, whose
+progress line counts the round's runs and gives the time left), the grid's rates of every
+row on both seeds at once, then each extension on both seeds; a finished run and its dev
+score are reused, so a cut sweep resumes where it stopped. Each run has the configuration,
+so the config hash, of the study's run of its row at its seed and the 1x budget at that rate
+(the study's 1x branch of that seed's run); every seed's runs are kept under the sweep's
+one root, named ``<variant>-<config hash[:8]>`` as any run (:func:`sweep_spec` opens it),
+where the study finds them (:func:`catlib.experiment.scale.borrow_runs`).
 ``python -m catlib.book.sweep`` (``make sweep``) writes ``results/lr_sweep_<device>.json``;
 the study reads each row's rate from it (:func:`chosen_rates`).
 """
@@ -40,7 +48,7 @@ import time
 import torch
 
 from ..common.verdicts import t_quantile
-from ..data import split_parts
+from ..data import CORPUS_CHARS, SPLITS, split_parts
 from ..measure.evaluate import window_se
 from ..nn.config import CATConfig
 from ..runs import (NotStored, TrainingFailed, stored_only, stored_with_run, train_run,
@@ -51,17 +59,19 @@ from .progress import reporter
 from .scale import SCALE_ROWS, scale_configs
 
 # The recipe's rate (chapter 10's, every profile's ``lr`` at the book's sizes): a row keeps
-# it unless another rate is better by a called margin.
+# it unless another rate is better by a called margin on every seed.
 DEFAULT_RATE = 4e-3
 # The grid around it (the recipe probe's: ALiBi was best at its edge, 8e-3), its extension
-# beyond an edge that wins, and the run each rate is tried on: 1x, seed 0.
+# beyond an edge that wins, and the runs each rate is tried on: 1x, seeds 0 and 1.
 RATES = (2e-3, DEFAULT_RATE, 8e-3)
 FACTOR = 2.0
 MAX_EXTENSIONS = 2
-SEED, BUDGET = 0, 1
+SWEEP_SEEDS = (0, 1)
+BUDGET = 1
 # The rule, as the artefact records it: a sweep's rates are read only if chosen by it.
 RULE = (f"keep {DEFAULT_RATE:g} unless another rate's dev CE is lower by a called margin, "
-        "t(0.975, windows-1) x the paired window error")
+        "t(0.975, windows-1) x the paired window error, on every seed of "
+        f"{', '.join(map(str, SWEEP_SEEDS))}; of those, the lowest mean dev CE")
 
 
 class SweepError(ValueError):
@@ -81,8 +91,8 @@ def diverged(score: dict) -> bool:
 
 
 def margin(default: dict, other: dict) -> float | None:
-    """How far ``other``'s dev CE must lie below ``default``'s to be called lower: the
-    half-width of the 95 % interval of CE(other) − CE(default), ``t(0.975, n−1) ·
+    """How far ``other``'s dev CE must lie below ``default``'s to be called lower, on one
+    seed: the half-width of the 95 % interval of CE(other) − CE(default), ``t(0.975, n−1) ·
     window_se(d)`` over the ``n`` per-window differences ``d`` (``"window_ce"``, [n] each;
     both runs read the same windows, so what makes a window hard for both cancels). Where a
     score has no per-window CEs (one stored before they were kept), the bound
@@ -99,53 +109,111 @@ def margin(default: dict, other: dict) -> float | None:
     return t_quantile(n - 1) * (default["se"] + other["se"])
 
 
-def chosen_rate(found: dict, default: float = DEFAULT_RATE) -> float | None:
-    """The rate of a row whose runs scored ``found`` (``{rate: job result}``): ``default``
-    unless other rates' dev CEs are lower than its by more than their :func:`margin`, then
-    the lowest of those; where ``default`` diverged, the lowest CE of the rest; None where
-    every rate diverged (the row has no rate)."""
-    alive = {r: s for r, s in found.items() if not diverged(s)}
+def called(default: dict, other: dict) -> bool:
+    """Whether ``other``'s dev CE lies below ``default``'s by more than their
+    :func:`margin` (one seed's two runs); never where no margin can be formed."""
+    m = margin(default, other)
+    return m is not None and default["ce"] - other["ce"] > m
+
+
+def measured_rates(found: dict, seeds=SWEEP_SEEDS) -> list[float]:
+    """The rates of ``found`` (``{rate: {seed: job result}}``, a row's runs) measured on
+    every seed of ``seeds``, lowest first."""
+    return sorted(r for r, by_seed in found.items() if all(s in by_seed for s in seeds))
+
+
+def mean_ce(by_seed: dict, seeds=SWEEP_SEEDS) -> float | None:
+    """The mean dev CE over ``seeds`` of one rate's runs (``{seed: job result}``); None
+    where one is missing or diverged."""
+    if any(s not in by_seed or diverged(by_seed[s]) for s in seeds):
+        return None
+    return sum(by_seed[s]["ce"] for s in seeds) / len(seeds)
+
+
+def chosen_rate(found: dict, default: float = DEFAULT_RATE, seeds=SWEEP_SEEDS) -> float | None:
+    """The rate of a row whose runs scored ``found`` (``{rate: {seed: job result}}``):
+    ``default`` unless other rates' dev CEs are lower than its by more than their
+    :func:`margin` on every seed of ``seeds`` (:func:`called`), then the one of those with
+    the lowest mean dev CE; where ``default`` diverged on a seed, the lowest mean dev CE of
+    the rest. Only rates measured on every seed and diverged on none count; None where no
+    rate is left (every rate diverged: the row has no rate)."""
+    alive = {r: mean_ce(found[r], seeds) for r in measured_rates(found, seeds)}
+    alive = {r: ce for r, ce in alive.items() if ce is not None}
     if not alive:
         return None
     if default not in alive:
-        return min(sorted(alive), key=lambda r: alive[r]["ce"])
-    base = alive[default]
-
-    def called(score: dict) -> bool:
-        m = margin(base, score)
-        return m is not None and base["ce"] - score["ce"] > m
-    ahead = {r: s["ce"] for r, s in alive.items() if r != default and called(s)}
-    return min(sorted(ahead), key=ahead.get) if ahead else default
+        return min(alive, key=alive.get)
+    ahead = {r: ce for r, ce in alive.items() if r != default
+             and all(called(found[default][s], found[r][s]) for s in seeds)}
+    return min(ahead, key=ahead.get) if ahead else default
 
 
-def next_rate(found: dict, grid=RATES, factor: float = FACTOR,
-              cap: int = MAX_EXTENSIONS) -> float | None:
-    """The rate to try next for a row whose runs scored ``found`` (``{rate: job result}``,
-    every rate of ``grid`` measured): the lowest rate over ``factor`` where it is the
-    chosen one (:func:`chosen_rate`), the highest times ``factor`` where that is, each side
-    at most ``cap`` times beyond the grid; None where the chosen rate is interior, the cap is
-    reached, or every rate diverged."""
-    missing = [r for r in grid if r not in found]
+def next_rate(found: dict, grid=RATES, factor: float = FACTOR, cap: int = MAX_EXTENSIONS,
+              seeds=SWEEP_SEEDS) -> float | None:
+    """The rate to try next for a row whose runs scored ``found`` (``{rate: {seed: job
+    result}}``, every rate of ``grid`` measured on every seed): the lowest rate over
+    ``factor`` where it is the chosen one (:func:`chosen_rate`), the highest times
+    ``factor`` where that is, each side at most ``cap`` times beyond the grid; None where the
+    chosen rate is interior, the cap is reached, or every rate diverged."""
+    done = measured_rates(found, seeds)
+    missing = [r for r in grid if r not in done]
     if missing:
-        raise ValueError(f"rates {missing} of the grid are not measured yet")
-    chosen, low, high = chosen_rate(found), min(found), max(found)
+        raise ValueError(f"rates {missing} of the grid are not measured on seeds "
+                         f"{list(seeds)} yet")
+    chosen, low, high = chosen_rate(found, seeds=seeds), done[0], done[-1]
     if chosen is None:
         return None
-    if chosen == low and sum(r < min(grid) for r in found) < cap:
+    if chosen == low and sum(r < min(grid) for r in done) < cap:
         return low / factor
-    if chosen == high and sum(r > max(grid) for r in found) < cap:
+    if chosen == high and sum(r > max(grid) for r in done) < cap:
         return high * factor
     return None
 
 
-def rates_to_run(found: dict, grid=RATES, factor: float = FACTOR, cap: int = MAX_EXTENSIONS) -> list:
-    """The rates a row still needs: the grid's unmeasured ones, else its next extension
-    (:func:`next_rate`), else none (the row is done)."""
-    missing = [r for r in grid if r not in found]
+def runs_to_do(found: dict, grid=RATES, factor: float = FACTOR, cap: int = MAX_EXTENSIONS,
+               seeds=SWEEP_SEEDS) -> list[tuple[float, int]]:
+    """The ``(rate, seed)`` runs a row whose runs scored ``found`` (``{rate: {seed: job
+    result}}``) still needs: the grid's unmeasured ones on every seed, else its next
+    extension's (:func:`next_rate`) on every seed, else none (the row is done)."""
+    missing = [(r, s) for r in grid for s in seeds if s not in found.get(r, {})]
     if missing:
         return missing
-    nxt = next_rate(found, grid, factor, cap)
-    return [] if nxt is None else [nxt]
+    nxt = next_rate(found, grid, factor, cap, seeds)
+    return [] if nxt is None else [(nxt, s) for s in seeds if s not in found.get(nxt, {})]
+
+
+def current_dev(split: str = "90/10", length: int | None = None) -> dict:
+    """Today's dev slice of ``split`` as :func:`dev_definition` records it, without loading
+    the corpus (its length is fixed by its checksum, :data:`~catlib.data.CORPUS_CHARS`):
+    ``{"split", "start", "chars"}``, and ``"length"`` where given. :class:`SweepError`
+    where ``split`` has no dev slice."""
+    parts = split_parts(CORPUS_CHARS, split) if split in SPLITS else {}
+    if parts.get("dev") is None:
+        raise SweepError(f"the split {split!r} has no dev slice (the sweep's is 90/10's); "
+                         "run `make sweep`")
+    start, stop = parts["dev"]
+    return {"split": split, "start": start, "chars": stop - start,
+            **({} if length is None else {"length": length})}
+
+
+def check_dev(sweep: dict, where: str = "the sweep's artefact", length: int | None = None) -> None:
+    """:class:`SweepError`, one line naming ``make sweep``, where the dev slice a sweep's
+    artefact records (``sweep["dev"]``, :func:`dev_definition`) is not today's
+    (:func:`current_dev`): another split, start or size, or, where ``length`` is given,
+    windows of another length. Its rates were chosen on other characters (the slice moved
+    from the training part's end to the corpus' opening in issue 61), which the study's runs
+    may now train on. An artefact that records no slice (none that :func:`run_sweep`
+    writes) is not checked."""
+    recorded = sweep.get("dev")
+    if recorded is None:
+        return
+    if not isinstance(recorded, dict):
+        raise SweepError(f"{where} records no readable dev slice ({recorded!r}); run `make sweep`")
+    now = current_dev(recorded.get("split", "90/10"), length)
+    moved = [f"{k} {recorded.get(k)!r}, now {v!r}" for k, v in now.items() if recorded.get(k) != v]
+    if moved:
+        raise SweepError(f"{where} was swept on another dev slice ({'; '.join(moved)}): its "
+                         "rates were chosen on other characters; run `make sweep`")
 
 
 def dev_definition(corpus, length: int) -> dict:
@@ -184,12 +252,13 @@ def dev_ce(run, model_key: str, corpus, length: int, device=None) -> dict:
     return stored_with_run(run, f"dev-ce-{model_key}.json", ident, score)
 
 
-def sweep_spec(label: str, experiment, rate: float, root) -> dict:
-    """The pool's job for ``label`` at ``rate``: its 1x run of seed 0 (:data:`BUDGET`,
-    :data:`SEED`), scored on the dev slice. ``model`` and ``train`` also open the run once
-    trained (``train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
+def sweep_spec(label: str, experiment, rate: float, root, seed: int = SWEEP_SEEDS[0]) -> dict:
+    """The pool's job for ``label`` at ``rate`` on ``seed``: its 1x run (:data:`BUDGET`),
+    scored on the dev slice, the configuration of the study's 1x point of ``label`` at
+    ``seed``. ``model`` and ``train`` also open the run once trained
+    (``train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
     root=spec["root"], evaluate=False)`` reuses it)."""
-    model, train, steps = scale_configs(label, experiment, SEED, [BUDGET], rate)
+    model, train, steps = scale_configs(label, experiment, seed, [BUDGET], rate)
     return dict(model=model.to_dict(), train=train.to_dict(), root=str(root),
                 model_key=SCALE_ROWS[label].model, dropout_on=[], steps=steps[BUDGET])
 
@@ -233,30 +302,53 @@ def _train_and_score(spec: dict, steps=None) -> dict:
         torch.set_num_threads(threads)
 
 
+def _per_seed(found: dict, value) -> dict:
+    """``{rate_key: {seed: value(rate, seed, score)}}`` over every run of ``found``
+    (``{rate: {seed: job result}}``), rates lowest first, seeds as the artefact's keys."""
+    return {rate_key(r): {str(s): value(r, s, found[r][s]) for s in sorted(found[r])}
+            for r in sorted(found)}
+
+
 def sweep_table(measured: dict, steps: dict, grid=RATES, factor: float = FACTOR,
-                cap: int = MAX_EXTENSIONS) -> dict:
-    """``{row: {"dev_ce": {rate: CE}, "dev_se", "dev_margin", "seconds", "steps", "done",
-    "rate", "all_diverged", "edge"}}`` from ``measured[row][rate]`` (a job's result), every
-    row of ``measured`` (one with nothing measured yet too): rates as :func:`rate_key`,
-    lowest first; ``dev_margin``: each other rate's :func:`margin` against
-    :data:`DEFAULT_RATE` (None where none can be formed); ``done``: the row needs no rate
-    more (:func:`rates_to_run`); ``rate``: once done, the chosen one (:func:`chosen_rate`),
+                cap: int = MAX_EXTENSIONS, seeds=SWEEP_SEEDS) -> dict:
+    """``{row: {"dev_ce", "dev_se", "seconds", "lead", "dev_margin", "mean_dev_ce",
+    "called", "steps", "done", "rate", "all_diverged", "edge"}}`` from
+    ``measured[row][rate][seed]`` (a job's result), every row of ``measured`` (one with
+    nothing measured yet too). ``dev_ce``, ``dev_se``, ``seconds``: ``{rate: {seed:
+    value}}``, rates as :func:`rate_key`, seeds as strings; ``lead`` and ``dev_margin``, for
+    each rate but :data:`DEFAULT_RATE`: on each seed, how far its dev CE lies below the
+    default's, and its :func:`margin` (None where either cannot be formed);
+    ``mean_dev_ce``: over ``seeds`` (None until measured on each, or where one diverged);
+    ``called``: ahead by more than the margin on every seed; ``done``: the row needs no run
+    more (:func:`runs_to_do`); ``rate``: once done, the chosen one (:func:`chosen_rate`),
     None where every rate diverged (``all_diverged``); ``edge``: the chosen rate is still an
     edge of what was tried (the cap was reached)."""
     out = {}
     for label, found in measured.items():
-        rates = sorted(found)
-        done = bool(found) and not rates_to_run(found, grid, factor, cap)
-        rate = chosen_rate(found) if done else None
-        base = found.get(DEFAULT_RATE)
-        out[label] = {"dev_ce": {rate_key(r): found[r]["ce"] for r in rates},
-                      "dev_se": {rate_key(r): found[r]["se"] for r in rates},
-                      "dev_margin": {rate_key(r): None if base is None else margin(base, found[r])
-                                     for r in rates if r != DEFAULT_RATE},
-                      "seconds": {rate_key(r): found[r]["seconds"] for r in rates},
-                      "steps": steps[label], "done": done, "rate": rate,
-                      "all_diverged": done and rate is None,
-                      "edge": bool(rate is not None and rate in (rates[0], rates[-1]))}
+        tried = measured_rates(found, seeds)
+        done = bool(found) and not runs_to_do(found, grid, factor, cap, seeds)
+        rate = chosen_rate(found, seeds=seeds) if done else None
+        base = found.get(DEFAULT_RATE, {})
+        others = {r: by_seed for r, by_seed in found.items() if r != DEFAULT_RATE}
+
+        def lead(r, s, score):
+            if s not in base or diverged(base[s]) or diverged(score):
+                return None
+            return base[s]["ce"] - score["ce"]
+        out[label] = {
+            "dev_ce": _per_seed(found, lambda r, s, score: score["ce"]),
+            "dev_se": _per_seed(found, lambda r, s, score: score["se"]),
+            "seconds": _per_seed(found, lambda r, s, score: score["seconds"]),
+            "lead": _per_seed(others, lead),
+            "dev_margin": _per_seed(others, lambda r, s, score: None if s not in base
+                                    else margin(base[s], score)),
+            "mean_dev_ce": {rate_key(r): mean_ce(found[r], seeds) for r in sorted(found)},
+            "called": {rate_key(r): all(s in base and s in others[r]
+                                        and called(base[s], others[r][s]) for s in seeds)
+                       for r in sorted(others)},
+            "steps": steps[label], "done": done, "rate": rate,
+            "all_diverged": done and rate is None,
+            "edge": bool(rate is not None and rate in (tried[0], tried[-1]))}
     return out
 
 
@@ -271,64 +363,73 @@ def sweep_complete(sweep: dict) -> bool:
 
 def run_sweep(experiment, *, root, device, rows=None, jobs: int | None = None, echo=print,
               progress_every: float = 30.0, on_change=None, grid=RATES,
-              factor: float = FACTOR, cap: int = MAX_EXTENSIONS) -> dict:
+              factor: float = FACTOR, cap: int = MAX_EXTENSIONS, seeds=SWEEP_SEEDS) -> dict:
     """Train (or resume, or reuse) every run of the sweep and return its artefact:
-    ``{"grid", "default_rate", "rule", "factor", "max_extensions", "seed", "budget",
+    ``{"grid", "default_rate", "rule", "factor", "max_extensions", "seeds", "budget",
     "recipe", "dev", "rows": sweep_table(...), "wall_seconds"}``, ``rows`` holding every
-    row of ``rows`` from the first call on. ``on_change(artefact)`` is called after each
-    finished run, so that a cut sweep keeps what it measured (the command writes it)."""
+    row of ``rows`` from the first call on. The runs go to the pool in rounds: the grid's
+    rates of every row on every seed of ``seeds``, then each row's extension on every seed
+    (:func:`runs_to_do`), each round with its own progress line and time left.
+    ``on_change(artefact)`` is called after each finished run, so that a cut sweep keeps
+    what it measured (the command writes it)."""
     from ..data import load_corpus
 
     if DEFAULT_RATE not in grid:
         raise ValueError(f"the grid {list(grid)} must hold the recipe's rate {DEFAULT_RATE:g}")
     start = time.perf_counter()
     rows = list(rows or SCALE_ROWS)
+    seeds = tuple(seeds)
     measured: dict = {label: {} for label in rows}
     steps = {label: sweep_spec(label, experiment, grid[0], root)["steps"] for label in rows}
-    _, tc, _ = scale_configs(rows[0], experiment, SEED, [BUDGET])
+    _, tc, _ = scale_configs(rows[0], experiment, seeds[0], [BUDGET])
     head = {"grid": list(grid), "default_rate": DEFAULT_RATE, "rule": RULE, "factor": factor,
-            "max_extensions": cap, "seed": SEED, "budget": BUDGET,
+            "max_extensions": cap, "seeds": list(seeds), "budget": BUDGET,
             "recipe": {"schedule": tc.schedule, "warmup": tc.warmup,
                        "decay_share": tc.decay_share, "penalty_horizon": tc.penalty_horizon},
             "dev": dev_definition(load_corpus(split=tc.split), tc.seq)}
 
     def artefact() -> dict:
-        return {**head, "rows": sweep_table(measured, steps, grid, factor, cap),
+        return {**head, "rows": sweep_table(measured, steps, grid, factor, cap, seeds),
                 "wall_seconds": time.perf_counter() - start}
 
     while True:
         specs, owners, names = {}, {}, {}
         for label in rows:
-            for rate in rates_to_run(measured[label], grid, factor, cap):
-                specs[label, rate] = sweep_spec(label, experiment, rate, root)
-                owners[label, rate] = [(f"{label} at lr {rate_key(rate)}", SEED)]
-                names[f"{owners[label, rate][0][0]} (seed {SEED}):"] = (label, rate)
+            for rate, seed in runs_to_do(measured[label], grid, factor, cap, seeds):
+                key = (label, rate, seed)
+                specs[key] = sweep_spec(label, experiment, rate, root, seed)
+                owners[key] = [(f"{label} at lr {rate_key(rate)}", seed)]
+                names[f"{owners[key][0][0]} (seed {seed}):"] = key
         if not specs:
             return artefact()
+        if echo:
+            echo(f"sweep: {len(specs)} runs to train or reuse ({len({k[0] for k in specs})} "
+                 f"rows, seeds {', '.join(map(str, seeds))})")
 
         def say(line: str) -> None:
-            """The pool's line; a finished run's ("<owner> (seed 0): trained run ...")
+            """The pool's line; a finished run's ("<owner> (seed 1): trained run ...")
             also takes its stored score and calls ``on_change``."""
             if echo:
                 echo(line)
             key = next((k for prefix, k in names.items() if line.startswith(prefix)), None)
             found = _sweep_job(specs[key], stored=True) if key and on_change else None
             if found is not None:
-                measured[key[0]][key[1]] = found
+                measured[key[0]].setdefault(key[1], {})[key[2]] = found
                 on_change(artefact())
         done = run_jobs(specs, owners, _sweep_job, worker_devices(device, jobs), say,
                         progress_every)
-        for (label, rate), result in done.items():
-            measured[label][rate] = result
+        for (label, rate, seed), result in done.items():
+            measured[label].setdefault(rate, {})[seed] = result
 
 
-def _row_states(sweep: dict, rows, where: str) -> dict:
+def _row_states(sweep: dict, rows, where: str, length: int | None) -> dict:
     """``{row: its entry}`` of a sweep's artefact for each of ``rows``; :class:`SweepError`
-    naming ``make sweep`` where the artefact was chosen by another rule, lacks a row or has
-    not finished it."""
+    naming ``make sweep`` where the artefact was chosen by another rule, on another dev
+    slice (:func:`check_dev`), lacks a row or has not finished it."""
     fix = "run `make sweep` (it resumes), or train at the recipe's single rate with --recipe_rate"
     if sweep.get("rule") != RULE:
         raise SweepError(f"{where} was not made by the sweep's rule ({RULE}); {fix}")
+    check_dev(sweep, where, length)
     found = sweep.get("rows", {})
     for label in rows:
         row = found.get(label) or {}
@@ -338,18 +439,22 @@ def _row_states(sweep: dict, rows, where: str) -> dict:
     return {label: found[label] for label in rows}
 
 
-def chosen_rates(sweep: dict, rows, where: str = "the sweep's artefact") -> dict:
+def chosen_rates(sweep: dict, rows, where: str = "the sweep's artefact",
+                 length: int | None = None) -> dict:
     """``{row: rate}`` for each of ``rows`` that has a rate in a sweep's artefact
     (:func:`run_sweep`): a row whose every rate diverged is left out (:func:`unrated_rows`
     names it); :class:`SweepError` naming ``make sweep`` where a row is missing or not
-    finished, or the artefact was made by another rule."""
-    return {label: float(row["rate"]) for label, row in _row_states(sweep, rows, where).items()
+    finished, the artefact was made by another rule, or on another dev slice than today's
+    (:func:`check_dev`; ``length``: the study's training length, where its windows are to
+    be checked too)."""
+    return {label: float(row["rate"])
+            for label, row in _row_states(sweep, rows, where, length).items()
             if row["rate"] is not None}
 
 
 def unrated_rows(sweep: dict) -> list[str]:
     """The rows of a sweep's artefact (:func:`run_sweep`) that have no rate because every
-    rate tried diverged, in the artefact's order: the study cannot train them at any rate
-    the sweep measured."""
+    rate tried diverged (on a seed), in the artefact's order: the study cannot train them
+    at any rate the sweep measured."""
     return [label for label, row in (sweep.get("rows") or {}).items()
             if row.get("all_diverged")]
