@@ -28,7 +28,7 @@ def partial_study(e, plan: dict, root, device) -> dict:
     """The artefact of the finished runs under ``root`` of the study of ``e`` and ``plan``
     (nothing trains): ``{"plan", "rows": scale_table(...) of :func:`~catlib.experiment.scale.reached`'s seeds,
     "partial": True, "finished_runs": [[row, seed], ...], "runs": how many the plan has}``."""
-    specs, _, steps = scale.job_specs(e, plan, root)
+    specs, _, steps = scale.job_specs(e, plan, root, extra=scale.extra_seeds_for(device))
     done = {k: s for k, s in specs.items() if _train_job(dict(s, device=device), stored=True)}
     runs = scale.open_runs(done, e, device)
     corpus, (lengths, caps) = load_corpus(split="90/10"), scale.scoring(e)

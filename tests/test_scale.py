@@ -77,7 +77,7 @@ def test_runs_beside_others_equal_runs_alone(data, tmp_path):
     assert alone["rows"] == beside["rows"]
     (point,) = [p for p in alone["rows"][scale.ALIBI]["points"] if p["budget"] == 2]
     assert set(point) == {"budget", "steps", "seeds", "train_flops", "ce", "se", "windows",
-                          "train_ce", "window_ce"}
+                          "train_ce", "window_ce", "passes", "context_gain"}
     assert set(point["ce"]) == {"16", "32", "64"} and len(point["ce"]["16"]) == 1
     # every window of the span that the longest length's windows tile, at every length
     from catlib.data import load_corpus

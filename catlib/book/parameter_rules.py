@@ -114,7 +114,7 @@ PARAMETERS: dict[str, Rule] = {
         ("brief_steps", 200), ("dropout_repeats", 3), ("split_d_model", 128),
         ("split_n_heads", 8), ("split_steps", 500), ("split_batch", 20), ("split_seq", 128),
         ("sample_chars", 400), ("study_blocks", 2), ("copy_passages", 8),
-        ("dial_windows", 2))},
+        ("dial_windows", 2), ("gain_windows", 7))},
 }
 
 # Pairs (a, b) with a <= b: the split study validates at least once.

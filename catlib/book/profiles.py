@@ -41,6 +41,15 @@ _EXPERIMENT: dict[str, dict] = {
                   lengths=[128, 512, 1024, 5000], eval_windows=256, curve_windows=256),
 }
 
+# The context gain beyond the training length (chapters 06, 08, 09 and 10: gain_windows) reads
+# the targets past ``seq`` of that many windows of the longest length twice, with every
+# earlier character and with at most ``seq`` (catlib.measure.context_gain), once per run in
+# the book's pool. Its sliding reading feeds a window of 5000 characters to a model as 305
+# chunks of 128: measured at the cpu sizes on one thread (untrained weights, the cost is the
+# same), 0.35-3.2 s a window per model with its full reading, about 59 s a window over the
+# 48 causal runs of the cpu pool. Every window (21) would add about 20 worker-minutes, some
+# 10 minutes of a 2-core build; the cpu profile reads 7 spread over the span (about 7
+# worker-minutes), and the interval takes their number (Student's t on 6 degrees of freedom).
 PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {
         "01_spectral_kernels": dict(n_freq=12, grid=48, n_heads=2),
@@ -53,18 +62,22 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  dopri5_rtols=[1e-3, 1e-5], dropout_max_steps=60,
                                  published_batch=2, published_max_steps=3, step_repeats=1),
         "05_training": dict(_EXPERIMENT["smoke"], val_every=10, val_windows=2, check_windows=2),
-        "06_context_length": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], published_seeds=[0], sample_chars=24),
+        "06_context_length": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], published_seeds=[0], sample_chars=24,
+                                  gain_windows=4),
         "07_audit": dict(d_model=16, n_heads=2, n_freq=8, seq=32, batch=2, dopri5_max_steps=40,
                          brief_steps=30, eval_windows=4, split_d_model=16, split_n_heads=2,
                          split_steps=40, split_lr=4e-3, split_batch=4, split_seq=32,
                          split_val_every=10),
-        "08_beyond": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], extra_rows=True, refine_windows=4),
+        "08_beyond": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], extra_rows=True, refine_windows=4,
+                          gain_windows=4),
         "09_using_context": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], published_seeds=[0],
                                  extra_rows=True, refine_windows=4,
                                  study_blocks=2, study_solver="euler", study_share=0.5,
                                  study_periods=[4, 28], study_batch=4,
-                                 copy_distances=[8, 16, 256, 512, 1024], copy_passages=2),
-        "10_equal_compute": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], dial_windows=1),
+                                 copy_distances=[8, 16, 256, 512, 1024], copy_passages=2,
+                                 gain_windows=4),
+        "10_equal_compute": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], dial_windows=1,
+                                 gain_windows=4),
         "11_scale": {},       # reads results/scale_<device>.json: trains nothing in any profile
     },
     "cpu": {
@@ -78,18 +91,22 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  dopri5_rtols=[1e-3, 1e-5, 1e-7], dropout_max_steps=600,
                                  published_batch=32, published_max_steps=40, step_repeats=2),
         "05_training": dict(_EXPERIMENT["cpu"], val_every=50, val_windows=8, check_windows=8),
-        "06_context_length": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], published_seeds=[0], sample_chars=400),
+        "06_context_length": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], published_seeds=[0], sample_chars=400,
+                                  gain_windows=7),
         "07_audit": dict(d_model=32, n_heads=4, n_freq=16, seq=64, batch=4, dopri5_max_steps=600,
                          brief_steps=200, eval_windows=16, split_d_model=128, split_n_heads=8,
                          split_steps=500, split_lr=4e-3, split_batch=10, split_seq=128,
                          split_val_every=50),
-        "08_beyond": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], extra_rows=False, refine_windows=128),
+        "08_beyond": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], extra_rows=False, refine_windows=128,
+                          gain_windows=7),
         "09_using_context": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], published_seeds=[0],
                                  extra_rows=False, refine_windows=128,
                                  study_blocks=2, study_solver="euler", study_share=0.5,
                                  study_periods=[8, 112], study_batch=20,
-                                 copy_distances=[32, 64, 400, 1000, 2000], copy_passages=4),
-        "10_equal_compute": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], dial_windows=2),
+                                 copy_distances=[32, 64, 400, 1000, 2000], copy_passages=4,
+                                 gain_windows=7),
+        "10_equal_compute": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], dial_windows=2,
+                                 gain_windows=7),
         "11_scale": {},
     },
     "paper": {
@@ -104,19 +121,23 @@ PROFILES: dict[str, dict[str, dict]] = {
                                  dopri5_rtols=[1e-3, 1e-5, 1e-7], dropout_max_steps=2000,
                                  published_batch=32, published_max_steps=2000, step_repeats=3),
         "05_training": dict(_EXPERIMENT["paper"], val_every=100, val_windows=32, check_windows=32),
-        "06_context_length": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], published_seeds=[0, 1, 2], sample_chars=600),
+        "06_context_length": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], published_seeds=[0, 1, 2], sample_chars=600,
+                                  gain_windows=21),
         "07_audit": dict(d_model=128, n_heads=8, n_freq=32, seq=256, batch=8,
                          dopri5_max_steps=2000, brief_steps=300, eval_windows=64,
                          split_d_model=128, split_n_heads=8, split_steps=800, split_lr=3e-4,
                          split_batch=32, split_seq=256, split_val_every=100),
-        "08_beyond": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], extra_rows=True, refine_windows=256),
+        "08_beyond": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], extra_rows=True, refine_windows=256,
+                          gain_windows=21),
         "09_using_context": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], published_seeds=[0, 1, 2],
                                  extra_rows=True, refine_windows=256,
                                  study_blocks=2, study_solver="euler", study_share=0.5,
                                  study_periods=[8, 224], study_batch=32,
                                  copy_distances=[32, 100, 128, 400, 1000, 2000, 4000, 8000],
-                                 copy_passages=16),
-        "10_equal_compute": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], dial_windows=8),
+                                 copy_passages=16,
+                                 gain_windows=21),
+        "10_equal_compute": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], dial_windows=8,
+                                 gain_windows=21),
         "11_scale": {},
     },
 }

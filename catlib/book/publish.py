@@ -69,7 +69,7 @@ def equal_compute_summary(matched_table: str, cat_vs_steps: str, cat_wins: bool,
             f"baseline given the same compute (ALiBi as steps and as layers, RoPE as steps) at "
             f"every length in every seed, is "
             f"{'met' if designed_met else 'missed'} (smallest lead {designed_min}).\n"
-            + (f"- **With more context.** {length_change}\n" if length_change else ""))
+            + (f"- **From the shortest length to the longest.** {length_change}\n" if length_change else ""))
 
 
 def republish_scale_answer(root: Path, profile: str = "cpu") -> None:

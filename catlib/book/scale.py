@@ -7,7 +7,12 @@ rate). Never run by ``make book``: its chapter reads the artefact.
 The study in progress is written beside its artefact after each run it trains
 (``scale_<device>.partial.json``); the artefact is replaced, atomically, only by a study
 whose every run has finished, so that a rerun keeps the last complete one until it has
-finished, and a killed study keeps what it trained. The artefact says what the study cost
+finished, and a killed study keeps what it trained. Both keep every finished run's
+records (``per_seed``, :mod:`catlib.experiment.scale_records`), so that ``make scale`` in a
+later session, on a machine where the run directories are gone and only the committed
+artefact is left, reads the runs it records (the same run: its name holds the config hash;
+the same study: :func:`same_study`) and trains only the others
+(:func:`earlier_study`). The artefact says what the study cost
 (:func:`invocations`): each run of ``make scale`` that trained a run the study holds, with
 its minutes, rows and runs; a run of ``make scale`` that trained nothing adds nothing, one
 killed counts until its last finished run, and an artefact of another study (another plan,
@@ -18,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from ..common.provenance import code_fingerprint, commit_of, environment
-from ..experiment.scale import SCALE_ROWS, plan_for, run_study
+from ..data import load_corpus
+from ..experiment.scale import SCALE_ROWS, extra_seeds_for, plan_for, run_study, study_identity
 from ..experiment.sweep import SweepError, chosen_rates, unrated_rows
 from ..runs.files import atomic_write_text
 from ..training.config import SEED_MAX
@@ -104,12 +112,14 @@ def same_study(old: dict, identity: dict) -> bool:
     "plan", "rows", "corpus"}``): the same profile, device, plan and corpus, and rows that are
     all among this study's (a study extended by rows is the same study). An artefact written
     before it kept its identity is read from its provenance, plan and rows (its corpus
-    unknown: its runs, found or not, decide)."""
+    unknown: its runs, found or not, decide); one without ``extra_seeds``, as a plan
+    without rows of their own seeds."""
     prov = old.get("provenance") or {}
     was = old.get("identity") or {"profile": prov.get("profile"),
                                   "device": (prov.get("device") or {}).get("type"),
                                   "plan": old.get("plan"), "rows": list(old.get("rows") or {})}
     return (all(was.get(k) == identity.get(k) for k in ("profile", "device", "plan"))
+            and (was.get("extra_seeds") or {}) == (identity.get("extra_seeds") or {})
             and set(was.get("rows") or ()) <= set(identity.get("rows") or ())
             and was.get("corpus") in (None, identity.get("corpus")))
 
@@ -148,6 +158,29 @@ def invocations(previous: list[dict], table: dict, this: dict) -> list[dict]:
     return kept
 
 
+def earlier_study(path: Path, identity) -> dict | None:
+    """The artefact of this study found at ``path`` that records runs (``per_seed``): its
+    study in progress (:func:`~catlib.book.args.partial_path`), else its complete
+    artefact, where it is of the study ``identity()`` (:func:`same_study`; called only
+    where such an artefact is found: it reads the corpus); else None."""
+    found = [a for a in (read_artefact(partial_path(path)), read_artefact(path))
+             if a is not None and a.get("per_seed")]
+    study = identity() if found else None
+    return next((a for a in found if same_study(a, study)), None)
+
+
+# A JSON list of numbers (or nulls, booleans): written on one line (a record's windows).
+_FLAT_LIST = re.compile(r"\[[^\[\]{}\"]*\]")
+
+
+def artefact_text(table: dict) -> str:
+    """``table`` as the artefact's JSON: indented, keys sorted, each list of numbers on one
+    line (the per-window CEs of every record would otherwise take a line each)."""
+    text = json.dumps(table, indent=1, sort_keys=True)
+    return _FLAT_LIST.sub(lambda m: "[" + ", ".join(
+        x.strip() for x in m.group(0)[1:-1].split(",") if x.strip()) + "]", text) + "\n"
+
+
 def read_artefact(path: Path) -> dict | None:
     """The JSON object at ``path``; None where there is none or it cannot be read."""
     try:
@@ -175,7 +208,7 @@ def writer(path: Path, profile: str, device, provenance: dict):
                  "provenance": {**provenance, "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}}
         target = partial_path(path) if table.get("partial") else path
         target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(target, json.dumps(table, indent=1, sort_keys=True) + "\n")
+        atomic_write_text(target, artefact_text(table))
         if target == path:
             partial_path(path).unlink(missing_ok=True)
     return write
@@ -209,18 +242,28 @@ def main(argv=None) -> int:
         print(f"[scale] refused: {label!r} has no rate (every rate the sweep tried diverged, "
               f"{source['artefact']}); the study trains the other rows without it", file=sys.stderr)
     rows = [r for r in SCALE_ROWS if rates is None or r in rates]
+    extra = {} if args.budgets is not None else {
+        r: s for r, s in extra_seeds_for(device).items() if r in rows}
     root = Path(args.root) / f"scale-{args.profile}-{device.type}"
+    earlier = earlier_study(path, lambda: {
+        **study_identity(plan, extra, rows, load_corpus(split="90/10").sha256),
+        "profile": args.profile, "device": device.type})
+    own = Counter((b, tuple(s)) for r in extra.values() for b, s in r.items())   # rows per seed set
     print(f"scale study: profile {args.profile}, device {device}, budgets "
-          f"{', '.join(f'{b}x (seeds {list(s)})' for b, s in sorted(plan.items()))}; runs in {root}; "
-          f"{'rates from ' + source['artefact'] if rates else 'the recipe rate'}; writes "
-          f"{partial_path(path)} after each run trained, {path} once complete", flush=True)
+          f"{', '.join(f'{b}x (seeds {list(s)})' for b, s in sorted(plan.items()))}"
+          f"{''.join(f'; seeds {list(s)} at {b}x for {n} rows' for (b, s), n in sorted(own.items()))}; "
+          f"runs in {root}; {'rates from ' + source['artefact'] if rates else 'the recipe rate'}; "
+          f"writes {partial_path(path)} after each run trained, {path} once complete"
+          f"{'; the runs its artefact records are read, not trained' if earlier else ''}",
+          flush=True)
     write = writer(path, args.profile, device, {
         **environment(("torch", "numpy"), device), "profile": args.profile,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "code": code_fingerprint(),
         "written_by": "python -m catlib.book.scale " + " ".join(argv or sys.argv[1:])})
     table = run_study(experiment, root=root, device=device, plan=plan, rows=rows, jobs=args.jobs,
                       echo=lambda line: print(line, flush=True), rates=rates, rate_source=source,
-                      on_change=write, runs_from=[sweep_runs(args.root, args.profile, device.type)])
+                      on_change=write, runs_from=[sweep_runs(args.root, args.profile, device.type)],
+                      extra=extra, recorded=earlier)
     write(table)
     print(f"wrote {path} in {table['wall_seconds'] / 60:.1f} min", flush=True)
     return 0

@@ -13,7 +13,8 @@ def train_book_pool(params: dict[str, dict], root: Path, device: str,
                     log=print) -> dict | None:
     """Train every run the selected experiment chapters (05, 06, 08, 09) will ask for, in
     one pool of workers, before they execute; they then reuse the runs, with their stored
-    evaluations, per-position curves, dropout-on tables and (09 selected) copy tests.
+    evaluations, per-position curves, context gains (at the chapters' ``gain_windows``),
+    dropout-on tables and (09 selected) copy tests.
 
     One pool for all of them keeps every core busy to the end, where a pool per chapter
     ends with one worker idle behind its longest run. Only time depends on this: a chapter
@@ -49,13 +50,21 @@ def train_book_pool(params: dict[str, dict], root: Path, device: str,
     runs = ex.train_grid(list(seeds), experiment, seeds=lambda label: sorted(seeds[label]),
                          root=root / "runs" / f"book-{profile}", device=device,
                          dropout_on=list(experiment.evaluation.lengths) if protocol else None,
-                         echo=lambda line: log(f"[book]   {line}", flush=True), copy=copy)
+                         echo=lambda line: log(f"[book]   {line}", flush=True), copy=copy,
+                         gain_windows=_gain_windows(chosen))
     unique = {id(run): run for run in runs.values()}.values()
     return {"trained": sum(not run.reused for run in unique),
             "reused": sum(run.reused for run in unique)}
 
 
 train_runs_first = train_book_pool   # its name in earlier versions
+
+
+def _gain_windows(chosen: dict[str, dict]) -> int | None:
+    """The windows of the context gain the ``chosen`` chapters read (their ``gain_windows``;
+    the largest where they differ: a chapter that reads fewer scores its own), None where
+    none reads it."""
+    return max((p["gain_windows"] for p in chosen.values() if p.get("gain_windows")), default=None)
 
 
 def _row_seeds(chosen: dict[str, dict]) -> dict[str, set]:

@@ -5,6 +5,7 @@
 - :mod:`.config`     ``ExperimentConfig``: the sizes, training, evaluation and seeds rows share;
 - :mod:`.pool`       the runs of a grid in parallel worker processes, costliest first;
 - :mod:`.progress`   the pool's progress line (runs, steps, time left);
+- :mod:`.gain_runs`  each causal run's context gain beyond its training length, stored with it;
 - :mod:`.artefacts`  the extrapolation tables of ``results/`` (CSV of curves, JSON of rows).
 
 The grid's names are importable from here (``from catlib import experiment as ex``).

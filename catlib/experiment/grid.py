@@ -1,6 +1,7 @@
 """The book's experiment: the rows (:mod:`catlib.experiment.rows`) trained in the pool and
-scored: CE per length, per-position curves, the published protocol, the refinement test,
-the copy test and chapter 10's ladder points, each stored with its run.
+scored: CE per length, per-position curves, the context gain beyond the training length,
+the published protocol, the refinement test, the copy test and chapter 10's ladder points,
+each stored with its run.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..measure.config import EvalConfig
 from ..measure.evaluate import context_table, n_windows, text_span, window_se
 from .config import ExperimentConfig
 from .copy_runs import run_copy_gain  # noqa: F401 (chapter 9's copy test, run in the pool)
+from .gain_runs import run_context_gain
 from .ladder import frontier_scoring, ladder_ce, point_steps
 from ..measure.extrapolation import position_ce
 from .pool import default_jobs, run_jobs, worker_devices  # noqa: F401 (default_jobs: its earlier home)
@@ -57,7 +59,8 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                jobs: int | None = None, devices=None,
                echo: Callable[[str], None] | None = print,
                progress_every: float = 30.0,
-               copy: tuple | None = None) -> dict[tuple[str, int], Run]:
+               copy: tuple | None = None,
+               gain_windows: int | None = None) -> dict[tuple[str, int], Run]:
     """Train (or reuse) the run of every row and seed of a grid, and score each.
 
     ``experiment``: the sizes, training and evaluation the rows share; ``seeds``: a list
@@ -70,6 +73,10 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
     (lengths), the runs of rows that keep the published dropout are also scored by the
     published protocol, dropout on, at those lengths (:func:`dropout_on_rows`). With
     ``copy`` = (distances, passages), each model's copy gains too (:func:`run_copy_gain`).
+    With ``gain_windows``, each model of a causal run also gets its context gain at the
+    longest length beyond its training length, on at most that many windows of the span
+    (:func:`~catlib.experiment.gain_runs.run_context_gain`; none where the longest length
+    is not beyond it).
 
     The runs are independent: on the CPU they train in parallel processes, ``jobs`` at a
     time, each on one thread, so that the numbers do not depend on ``jobs``; on CUDA with
@@ -107,7 +114,8 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                                   copy=[list(copy[0]), copy[1]]
                                   if copy and label not in NO_COPY_TEST else None,
                                   # the study's rows: also on random characters (chapter 9)
-                                  copy_random=bool(copy) and row.study)
+                                  copy_random=bool(copy) and row.study,
+                                  gain=_gain_spec(row, tc, ev, gain_windows))
             if label in FRONTIER_ROWS and curve:
                 first = seed == seeds_of(label)[0]
                 steps = point_steps(tc) if first else [tc.train_steps]
@@ -144,11 +152,13 @@ def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
                curve_windows: int | None = None, dropout_on: list | None = None,
                jobs: int | None = None, devices=None,
                echo: Callable[[str], None] | None = print,
-               progress_every: float = 30.0) -> dict[tuple[str, int], Run]:
+               progress_every: float = 30.0,
+               gain_windows: int | None = None) -> dict[tuple[str, int], Run]:
     """:func:`train_grid` from plain parameters (the name and signature of earlier
     versions): ``sizes`` and ``train`` as CATConfig and TrainConfig fields, evaluation at
-    ``lengths``, and with ``curve_length`` the per-position curve at that length. Every
-    length reads the text the longest one tiles (:func:`span_of`)."""
+    ``lengths``, and with ``curve_length`` the per-position curve at that length, with
+    ``gain_windows`` the context gain there (:func:`train_grid`). Every length reads the
+    text the longest one tiles (:func:`span_of`)."""
     curve = curve_length is not None
     scored = (*lengths, curve_length) if curve else tuple(lengths)
     evaluation = EvalConfig(lengths=scored, eval_windows=eval_windows, curve_windows=curve_windows,
@@ -156,7 +166,18 @@ def train_rows(rows: Iterable[str], seeds, sizes: dict, train: dict, *,
     experiment = ExperimentConfig(CATConfig(**sizes), TrainConfig(**train), evaluation)
     return train_grid(rows, experiment, root=root, device=device, seeds=seeds, curve=curve,
                       dropout_on=dropout_on, jobs=jobs, devices=devices, echo=echo,
-                      progress_every=progress_every)
+                      progress_every=progress_every, gain_windows=gain_windows)
+
+
+def _gain_spec(row: Row, train: TrainConfig, ev: EvalConfig,
+               gain_windows: int | None) -> dict | None:
+    """What a run's job scores of the context gain (:func:`train_grid`): the longest length
+    and the cap on its windows, for a causal row whose longest length is beyond its
+    training length; else None."""
+    longest = max(ev.lengths)
+    if not gain_windows or not row.causal or longest <= train.seq:
+        return None
+    return dict(length=longest, windows=gain_windows)
 
 
 def _seeds_of(seeds) -> Callable[[str], list]:
@@ -185,13 +206,18 @@ def _train_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
                         lengths=spec["lengths"], eval_windows=spec["eval_windows"],
                         progress=False, echo=None,
                         on_step=reporter(spec["index"], steps) if "index" in spec else None)
-        needs_corpus = spec["curve_length"] or spec["dropout_on"] or spec.get("copy")
+        needs_corpus = (spec["curve_length"] or spec["dropout_on"] or spec.get("copy")
+                        or spec.get("gain"))
         corpus = load_corpus(split=tc.split) if needs_corpus else None
         if spec["curve_length"]:
             n = n_windows(len(corpus.val), spec["curve_length"], spec["curve_windows"], span)
             for model_key in tc.models:
                 position_curve(run, model_key, corpus, spec["curve_length"], n, spec["device"],
                                span)
+        if spec.get("gain"):          # read twice beyond the training length: full and sliding
+            for model_key in tc.models:
+                run_context_gain(run, model_key, corpus, spec["gain"]["length"],
+                                 spec["gain"]["windows"], spec["device"], span)
         if spec["dropout_on"]:
             dropout_on_rows(run, corpus, spec["dropout_on"], spec["eval_windows"], spec["device"],
                             curve_length=spec["curve_length"], curve_windows=spec["curve_windows"])

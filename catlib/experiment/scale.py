@@ -1,32 +1,46 @@
 """The scale study: chapter 10's equal-compute comparison repeated at several budgets.
 
 Chapter 10 compares the rows at one budget, the training FLOPs of the KERPLE-prior CAT
-(RK4 x1) at the experiment's steps. Here the budget is a multiple of that: 1x, 2x, 4x, 8x
-(and 16x on a GPU) in training FLOPs. Every row has the experiment's sizes and batches
-(the ``cpu`` profile's: its 1x point is chapter 10's run where a row trains at chapter
-10's rate and steps; :mod:`catlib.book.scale_point` names the rows that do not) and spends its budget its own
-way (:data:`SCALE_ROWS`): as more steps of a cheap model, as more layers, or as a costlier
-block (an ODE solver's evaluations); the literature's learned biases and FoX take the Euler
-CAT's block and budget, as steps. Every row trains on the book's recipe (warm-up, a
-constant rate, a linear decay to zero; :func:`catlib.experiment.rows.with_recipe`), at its
-own rate where given (chosen on the dev slice by :mod:`catlib.experiment.sweep`). Each
-row and seed is one run trained to its largest budget; each smaller budget's point is a
-run of that budget branched from it where its own decay starts (``TrainConfig.branches``),
-so that a point *is* the run trained alone to that budget with the recipe, bit for bit
-(tests/test_recipe.py), its decay's steps counted in its FLOPs. Every point is scored on
-every window of the validation split, and on as many windows of the training split at
-the shortest length (where a row overfits).
+(RK4 x1) at the experiment's steps. Here the budget is a multiple of that: 1x and 2x on the
+CPU (Tiny Shakespeare carries no more), to 16x on a GPU, in training FLOPs. Every row has
+the experiment's sizes and batches (the ``cpu`` profile's: its 1x point is chapter 10's run
+where a row trains at chapter 10's rate and steps; :mod:`catlib.book.scale_point` names the
+rows that do not) and spends its budget its own way (:data:`SCALE_ROWS`): as more steps of
+a cheap model, as more layers, or as a costlier block (an ODE solver's evaluations); the
+literature's learned biases and FoX take the Euler CAT's block and budget, as steps. Every
+row trains on the book's recipe (warm-up, a constant rate, a linear decay to zero;
+:func:`catlib.experiment.rows.with_recipe`), at its own rate where given (chosen on the dev
+slice by :mod:`catlib.experiment.sweep`).
+
+The plan (:data:`PLANS`) gives every row its budgets and seeds; the rows of the kernel
+question (:data:`KERNEL_QUESTION_ROWS`) take seeds 3-9 as well at 1x on the CPU
+(:data:`EXTRA_SEEDS`, :func:`row_plan`), trained to 1x only. Seed ``s`` draws the same
+batches in every row (the sampler is seeded by the run's seed alone), so the rows'
+differences are paired. Each row and seed is one run trained to its largest budget; each
+smaller budget's point is a run of that budget branched from it where its own decay starts
+(``TrainConfig.branches``), so that a point *is* the run trained alone to that budget with
+the recipe, bit for bit (tests/test_recipe.py), its decay's steps counted in its FLOPs.
+
+Every point is scored on every window of the validation span at each length, on as many
+windows of the training part at the shortest length (where a row overfits), and with the
+context gain beyond the training length at the longest; it records the passes its row made
+over the training part. Each run's scores at each budget form a *record*
+(:mod:`catlib.experiment.scale_records`), kept in the artefact per row, seed and budget,
+and the points are assembled from the records.
 
 Runs train in the experiment's pool (:func:`catlib.experiment.pool.run_jobs`): on the CPU
 one run per core, on one GPU several runs at once (:func:`catlib.experiment.pool.default_jobs`);
-a run killed or cut resumes from its checkpoint and a finished one is reused, so the
-study can be stopped and started again. After each run trained, the study hands its
-artefact so far (the finished runs' points, :func:`reached`) to its caller, which writes it,
-so that a study killed later keeps what it trained. A run the learning-rate sweep trained
-already (its 1x run of seed 0 at the rate it chose: the study's 1x branch of that row's
-seed-0 run, the same configuration and so the same config hash) is copied from the sweep's
-folder instead of trained again (:func:`borrow_runs`). ``python -m catlib.book.scale``
-(``make scale``, :mod:`catlib.book.scale`) writes ``results/scale_<device>.json``.
+each is scored in its worker as it finishes (:func:`_scale_job`). A run killed or cut
+resumes from its checkpoint and a finished one is reused, so the study can be stopped and
+started again; a run whose records an earlier artefact of the study holds is read from
+there and not trained again (:func:`recorded_runs`), so a study resumes in a later session
+where its run directories are gone. After each run trained, the study hands its artefact
+so far to its caller, which writes it, so that a study killed later keeps what it trained.
+A run the learning-rate sweep trained already (its 1x run at the rate it chose: the
+study's 1x branch of that row's run, the same configuration and so the same config hash)
+is copied from the sweep's folder instead of trained again (:func:`borrow_runs`).
+``python -m catlib.book.scale`` (``make scale``, :mod:`catlib.book.scale`) writes
+``results/scale_<device>.json``.
 """
 from __future__ import annotations
 
@@ -49,9 +63,9 @@ from ..runs.training import train_run
 from ..training.config import TrainConfig
 from .compute import expected_step_flops, matched_budget
 from .grid import _train_job
-from .ladder import ladder_point
 from .pool import run_jobs, worker_devices
 from .rows import MATCHED, ROWS, TODAY, Row, row_configs, with_points
+from .scale_records import assemble_rows, complete, run_records, score_run, scoring_of
 
 # The rows: chapter 10's rows that decide the equal-compute verdict, each spending the
 # budget its own way, and the CAT kernel with discrete depth of its own (as many Euler
@@ -99,16 +113,54 @@ SAME_BLOCKS = {CONTROL_DEEP: EULER_DEEP}
 BASELINE_ROWS = (ALIBI, ALIBI_DEEP, ROPE)
 
 # Budgets (multiples of the KERPLE-prior CAT's training FLOPs at the experiment's steps)
-# and the seeds trained to each, per device type: every seed at every budget (a verdict is
-# taken on one common seed set); on the CPU to 4x (three seeds at 8x would not fit the
-# study's 150 minutes on two cores), on a GPU to 16x.
-PLANS = {"cpu": {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2)},
+# and the seeds trained to each, per device type: the plan every row follows. On the CPU
+# 1x and 2x only: Tiny Shakespeare's training part carries no more (at 4x a one-layer row
+# makes 10 passes over it, and rows overfit: issue 61, item 6; the budgets beyond move to a
+# larger corpus); on a GPU to 16x.
+PLANS = {"cpu": {1: (0, 1, 2), 2: (0, 1, 2)},
          "cuda": {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2), 8: (0, 1, 2), 16: (0, 1, 2)}}
+# The kernel question (issue 61, item 4): is the Euler CAT's kernel ahead of, or the same
+# as, the learned biases in its block, its control and the baselines? Three seeds give an
+# interval of 0.05-0.10 nats; these rows take seeds 3-9 as well at 1x, trained to 1x only.
+KERNEL_QUESTION_ROWS = (EULER, BUCKETS, KERPLE_LOG, FOX, CONTROL, ALIBI, ROPE)
+KERNEL_QUESTION_SEEDS = tuple(range(3, 10))
+# The seeds some rows take beyond the plan, per device type: ``{row: {budget: seeds}}``.
+EXTRA_SEEDS = {"cpu": {row: {1: KERNEL_QUESTION_SEEDS} for row in KERNEL_QUESTION_ROWS},
+               "cuda": {}}
 
 
 def plan_for(device) -> dict[int, tuple]:
-    """``{budget: seeds}`` of a device (``PLANS``; MPS and others take the CPU's)."""
+    """``{budget: seeds}`` every row of a device follows (``PLANS``; MPS and others take
+    the CPU's); :func:`extra_seeds_for` adds some rows' own seeds."""
     return PLANS.get(torch.device(device).type, PLANS["cpu"])
+
+
+def extra_seeds_for(device) -> dict[str, dict[int, tuple]]:
+    """``{row: {budget: seeds}}``: the seeds a device's rows take beyond its plan
+    (:data:`EXTRA_SEEDS`; MPS and others take the CPU's)."""
+    return EXTRA_SEEDS.get(torch.device(device).type, EXTRA_SEEDS["cpu"])
+
+
+def row_plan(plan: dict, extra: dict | None, label: str) -> dict[int, tuple]:
+    """``{budget: seeds}`` of the row ``label``: the seeds of ``plan`` at each budget and
+    the row's own (``extra[label]``, :func:`extra_seeds_for`), smallest first."""
+    own = (extra or {}).get(label, {})
+    return {b: tuple(sorted({*plan.get(b, ()), *own.get(b, ())}))
+            for b in sorted({*plan, *own})}
+
+
+def plan_text(plan: dict) -> dict[str, list]:
+    """``plan`` (``{budget: seeds}``) as the artefact keeps it: ``{"<budget>": [seeds]}``."""
+    return {str(b): [int(s) for s in seeds] for b, seeds in sorted(plan.items())}
+
+
+def study_identity(plan: dict, extra: dict | None, rows, corpus_sha256: str) -> dict:
+    """What makes two artefacts one study's (the command adds the profile and the device):
+    ``{"plan", "extra_seeds", "rows", "corpus"}``, the plan and the rows' own seeds as the
+    artefact keeps them (:func:`plan_text`), every row planned, the corpus' SHA-256."""
+    return {"plan": plan_text(plan),
+            "extra_seeds": {label: plan_text(s) for label, s in sorted((extra or {}).items())},
+            "rows": list(rows), "corpus": corpus_sha256}
 
 
 def seed_budgets(plan: dict) -> dict[int, list]:
@@ -180,25 +232,64 @@ def span_length(experiment) -> int:
     return experiment.evaluation.span_length or max(experiment.evaluation.lengths)
 
 
+def study_scoring(experiment) -> dict:
+    """What each of the study's records is scored on (:func:`scoring_of`): every window of
+    the span at each length, the training CE at the shortest, and the context gain beyond
+    the rows' training length (``experiment.train.seq``, 128 at ``cpu`` sizes) at the
+    longest."""
+    lengths, caps = scoring(experiment)
+    return scoring_of(lengths, caps, span_length(experiment), experiment.train.seq)
+
+
 def _job_spec(model, train, root, experiment, ladder_steps, model_key: str) -> dict:
-    """The pool's job for one run (:func:`catlib.experiment.grid._train_job`): trained,
-    scored at its training length, and its weights after each of ``ladder_steps`` scored
-    at the study's lengths."""
+    """The pool's job for one run (:func:`_scale_job`): trained, scored at its training
+    length, and its weights after each of ``ladder_steps`` scored as a record reads them
+    (:func:`study_scoring`)."""
     lengths, caps = scoring(experiment)
     return dict(model=model.to_dict(), train=train.to_dict(), root=str(root), lengths=[train.seq],
                 eval_windows=experiment.evaluation.eval_windows, curve_length=None,
                 curve_windows=None, dropout_on=[], copy=None, span_length=span_length(experiment),
-                ladder=dict(steps=sorted(ladder_steps), lengths=lengths, caps=caps, model=model_key))
+                ladder=dict(steps=sorted(ladder_steps), lengths=lengths, caps=caps, model=model_key),
+                scoring=study_scoring(experiment))
 
 
-def job_specs(experiment, plan: dict, root, rows=None, rates: dict | None = None) -> tuple[dict, dict, dict]:
+def _scale_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
+    """The pool's job for one run of the study: :func:`catlib.experiment.grid._train_job`
+    (trained, and each budget's weights scored on the validation split), then each
+    budget's training CE and context gain scored and stored with the run
+    (:func:`~catlib.experiment.scale_records.score_run`, on one thread as the run was
+    trained), so that the study's own process reads its records and computes nothing. With
+    ``stored``: only if all of it is stored already (nothing computed), else None."""
+    found = _train_job(spec, steps, stored=stored)
+    if found is None:
+        return None
+    from ..data import load_corpus
+    from ..runs.run import open_run
+
+    run = open_run(Path(spec["root"]) / found["name"])
+    corpus = load_corpus(split=run.train_config.split)
+    lad = spec["ladder"]
+    if stored:
+        try:
+            with stored_only():
+                score_run(run, lad["model"], lad["steps"], corpus, spec["scoring"], spec["device"])
+        except NotStored:
+            return None
+        return found
+    score_run(run, lad["model"], lad["steps"], corpus, spec["scoring"], spec["device"])
+    return found
+
+
+def job_specs(experiment, plan: dict, root, rows=None, rates: dict | None = None,
+              extra: dict | None = None) -> tuple[dict, dict, dict]:
     """The pool's jobs (:func:`catlib.experiment.pool.run_jobs`): ``(specs, owners,
-    steps)``, one spec per row and seed, scoring its every budget's weights
-    (``ladder``), each row at its rate ``rates[label]`` (default: the recipe's);
-    ``steps[label, seed]``: ``{budget: steps}``."""
+    steps)``, one spec per row and seed of the row's plan (:func:`row_plan`: ``plan`` and
+    the row's ``extra`` seeds), scoring its every budget's weights (``ladder``), each row
+    at its rate ``rates[label]`` (default: the recipe's); ``steps[label, seed]``:
+    ``{budget: steps}``."""
     specs, owners, steps = {}, {}, {}
     for label in rows or SCALE_ROWS:
-        for seed, budgets in seed_budgets(plan).items():
+        for seed, budgets in seed_budgets(row_plan(plan, extra, label)).items():
             model, tc, steps[label, seed] = scale_configs(label, experiment, seed, budgets,
                                                           (rates or {}).get(label))
             key = (label, seed)
@@ -219,21 +310,19 @@ def open_runs(specs: dict, experiment, device) -> dict:
 
 def scale_table(runs: dict, steps: dict, plan: dict, corpus, lengths, caps, device=None,
                 span: int | None = None) -> dict:
-    """``{row: {"points": [{"budget", "steps", "seeds", "train_flops", "seconds",
-    "ce": {"<length>": [CE per seed]}}]}}``: every row at every budget of ``plan``, CE
-    read from the scores stored with the runs, training FLOPs and seconds counted from each
-    run's log up to the point (mean over its seeds)."""
-    out = {}
-    for label in sorted({label for label, _ in runs}, key=list(SCALE_ROWS).index):
-        key, pts = SCALE_ROWS[label].model, []
-        for budget, seeds in sorted(plan.items()):
-            n = [steps[label, s][budget] for s in seeds]
-            pts.append({"budget": budget, "steps": int(n[0]), "seeds": list(seeds),
-                        **ladder_point([(runs[label, s], k) for s, k in zip(seeds, n)], key,
-                                       corpus, lengths, caps, device, train_length=lengths[0],
-                                       span_length=span)})
-        out[label] = {"points": pts}
-    return out
+    """``{row: {"points": [...]}}`` of the finished ``runs`` (``{(row, seed): Run}``) at
+    every budget of ``plan`` (``{budget: seeds}``, the same for every row), each seed at
+    the budgets its run reached (``steps[row, seed]``: ``{budget: steps}``): the points
+    assembled from the runs' records
+    (:func:`~catlib.experiment.scale_records.run_records`, scored at ``lengths`` on
+    ``caps`` windows, the context gain beyond the runs' training length)."""
+    seq = next(iter(runs.values())).train_config.seq
+    scored_as = scoring_of(lengths, caps, span, seq)
+    per_seed: dict = {}
+    for (label, seed), run in runs.items():
+        per_seed.setdefault(label, {})[str(seed)] = {"run": run.path.name, "budgets": run_records(
+            run, SCALE_ROWS[label].model, steps[label, seed], corpus, scored_as, device)}
+    return assemble_rows(per_seed, {label: plan for label in per_seed}, SCALE_ROWS)
 
 
 def recipe_of(specs: dict) -> dict:
@@ -323,70 +412,121 @@ def copy_run(source: Path, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def recorded_runs(specs: dict, steps: dict, study: dict | None, scored_as: dict, device) -> dict:
+    """The runs of ``specs`` whose records the artefact ``study`` (an earlier artefact of
+    the same study: the command checks it) holds, read instead of trained: ``{(row, seed):
+    {"run", "budgets"}}``, each where the record names the run the spec would train (its
+    directory's name, which holds the config hash: the same row, seed, rate, budgets,
+    corpus and model code) and holds a finished record
+    (:func:`~catlib.experiment.scale_records.complete`) at each of its budgets. None read
+    where ``study`` was scored otherwise than ``scored_as`` (:func:`study_scoring`)."""
+    if not study or study.get("scoring") != scored_as:
+        return {}
+    held, out = study.get("per_seed") or {}, {}
+    for (label, seed), spec in specs.items():
+        entry = (held.get(label) or {}).get(str(seed)) or {}
+        budgets = steps[label, seed]
+        if entry.get("run") and complete(entry, budgets) and entry["run"] == run_name(
+                CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]), device):
+            out[label, seed] = {"run": entry["run"],
+                                "budgets": {str(b): entry["budgets"][str(b)] for b in budgets}}
+    return out
+
+
 def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | None = None,
               echo=print, progress_every: float = 30.0, rates: dict | None = None,
-              rate_source: dict | None = None, on_change=None, runs_from=()) -> dict:
-    """Train (or resume, or reuse) every run of the study and return its artefact:
-    ``{"plan", "rows": scale_table(...), "recipe", "rates", "identity", "trained",
-    "reused_runs", "finished_runs", "borrowed_runs", "partial", "wall_seconds"}``, each row
-    at its rate ``rates[label]`` (default: the recipe's single rate), recorded as the row's
-    ``rate`` (``recipe["lr"]``: the recipe's own rate); ``"rates"``: where the rates come
-    from (``rate_source``, e.g. the sweep's artefact and its dev slice; default
-    ``{"from": "recipe"}``).
+              rate_source: dict | None = None, on_change=None, runs_from=(),
+              extra: dict | None = None, recorded: dict | None = None) -> dict:
+    """Train (or resume, or reuse, or read from ``recorded``) every run of the study and
+    return its artefact: ``{"plan", "extra_seeds", "rows", "per_seed", "scoring", "recipe",
+    "rates", "identity", "trained", "reused_runs", "recorded_runs", "finished_runs",
+    "borrowed_runs", "partial", "wall_seconds"}``.
 
-    ``identity``: what makes two artefacts one study's (``{"plan", "rows", "corpus"}``: the
-    plan, every row planned, the corpus' SHA-256); ``trained``: the rows with a run trained
-    here, not found finished; ``reused_runs``: how many were found finished;
-    ``finished_runs``: ``[{"row", "seed", "run", "trained"}]``, each finished run's
-    directory and whether it was trained here; ``borrowed_runs``: the runs copied from
-    ``runs_from`` (:func:`borrow_runs`) instead of trained; ``partial``: some run has not
-    finished; ``wall_seconds``: this call's time so far.
+    The plan: every row at the budgets and seeds of ``plan`` (``{budget: seeds}``), and
+    the rows of ``extra`` (``{row: {budget: seeds}}``, :func:`extra_seeds_for`) on their
+    own seeds as well (:func:`row_plan`); ``"plan"``, ``"extra_seeds"``: both as the
+    artefact keeps them (:func:`plan_text`). Each row at its rate ``rates[label]``
+    (default: the recipe's single rate), recorded as the row's ``rate``
+    (``recipe["lr"]``: the recipe's own rate); ``"rates"``: where the rates come from
+    (``rate_source``, e.g. the sweep's artefact and its dev slice; default ``{"from":
+    "recipe"}``).
+
+    ``per_seed``: ``{row: {"<seed>": {"run", "budgets": {"<budget>": record}}}}``, each
+    finished run's records (:func:`~catlib.experiment.scale_records.run_records`), and
+    ``rows``: ``{row: {"points": [...], "rate"}}``, the points assembled from them
+    (:func:`~catlib.experiment.scale_records.assemble_rows`), each row at the budgets its
+    finished seeds reached; ``scoring``: what the records were scored on
+    (:func:`study_scoring`). ``recorded``: an earlier artefact of this study (None: none);
+    a run whose records it holds (:func:`recorded_runs`) is neither trained nor opened:
+    its records are taken as they are, so that a study resumed where its run directories
+    are gone trains only what it has not recorded.
+
+    ``identity``: what makes two artefacts one study's (``{"plan", "extra_seeds", "rows",
+    "corpus"}``: the plan, every row planned, the corpus' SHA-256); ``trained``: the rows
+    with a run trained here; ``reused_runs``: how many runs were found finished in
+    ``root``, ``recorded_runs``: how many were read from ``recorded``;
+    ``finished_runs``: ``[{"row", "seed", "run", "trained"}]`` (``"recorded": True`` for
+    one read from ``recorded``); ``borrowed_runs``: the runs copied from ``runs_from``
+    (:func:`borrow_runs`) instead of trained; ``partial``: some run has not finished;
+    ``wall_seconds``: this call's time so far.
 
     ``on_change(artefact)`` is called after each run trained here (not after one found
-    finished), with the artefact of the runs finished so far (``rows``: each row at the
-    budgets its finished seeds reached, :func:`reached`), so that a study killed later
-    keeps what it trained (the command writes it)."""
+    finished or read), with the artefact of the runs finished so far, so that a study
+    killed later keeps what it trained (the command writes it)."""
     from ..data import load_corpus
+    from ..runs.run import open_run
 
     start = time.perf_counter()
-    specs, owners, steps = job_specs(experiment, plan, root, rows, rates)
-    borrowed = borrow_runs(specs, device, runs_from)
+    specs, owners, steps = job_specs(experiment, plan, root, rows, rates, extra)
+    scored_as = study_scoring(experiment)
+    taken = recorded_runs(specs, steps, recorded, scored_as, device)
+    todo = {key: spec for key, spec in specs.items() if key not in taken}
+    borrowed = borrow_runs(todo, device, runs_from)
     corpus = load_corpus(split="90/10")
-    lengths, caps = scoring(experiment)
-    finished: dict = {}    # (label, seed) -> the pool's result: {"name", "reused"}
-    tables: dict = {}      # label -> its table over its finished runs (scale_table)
-    opened: dict = {}      # (label, seed) -> its finished Run
+    planned = list(dict.fromkeys(label for label, _ in specs))
+    plans = {label: row_plan(plan, extra, label) for label in planned}
+    rate = {label: spec["train"]["lr"] for (label, _), spec in specs.items()}
+    per_seed: dict = {}    # row -> {"<seed>": {"run", "budgets": {"<budget>": record}}}
+    finished: dict = {}    # (label, seed) -> {"name", "reused"} (and "recorded")
+    for (label, seed), entry in taken.items():
+        per_seed.setdefault(label, {})[str(seed)] = entry
+        finished[label, seed] = {"name": entry["run"], "reused": True, "recorded": True}
 
     def finish(key, result: dict) -> None:
-        """Run ``key`` has finished: open it and read its row's table again."""
+        """Run ``key`` has finished: read its records (scored and stored by its job)."""
         finished[key] = result
-        opened[key] = open_runs({key: specs[key]}, experiment, device)[key]
-        label = key[0]
-        seeds = reached([k for k in finished if k[0] == label], steps, plan)[label]
-        tables[label] = scale_table({k: r for k, r in opened.items() if k[0] == label}, steps,
-                                    seeds, corpus, lengths, caps, device,
-                                    span_length(experiment))[label]
-        tables[label]["rate"] = specs[key]["train"]["lr"]
+        run = open_run(Path(specs[key]["root"]) / result["name"])
+        per_seed.setdefault(key[0], {})[str(key[1])] = {"run": result["name"], "budgets": run_records(
+            run, SCALE_ROWS[key[0]].model, steps[key], corpus, scored_as, device)}
 
     def artefact() -> dict:
         done = {k: finished[k] for k in specs if k in finished}
-        return {"plan": {str(b): list(s) for b, s in sorted(plan.items())},
-                "rows": {label: tables[label] for label in SCALE_ROWS if label in tables},
+        table = assemble_rows(per_seed, plans, SCALE_ROWS)
+        identity = study_identity(plan, extra, planned, corpus.sha256)
+        return {"plan": identity["plan"], "extra_seeds": identity["extra_seeds"],
+                "rows": {label: {**t, "rate": rate[label]} for label, t in table.items()},
+                "per_seed": {label: dict(sorted(per_seed[label].items(), key=lambda i: int(i[0])))
+                             for label in SCALE_ROWS if label in per_seed},
+                "scoring": scored_as,
                 "recipe": {**recipe_of(specs), "lr": experiment.train.lr, "rate_per_row": bool(rates)},
                 "rates": rate_source or {"from": "recipe"},
-                "identity": {"plan": {str(b): list(s) for b, s in sorted(plan.items())},
-                             "rows": list(dict.fromkeys(label for label, _ in specs)),
-                             "corpus": corpus.sha256},
+                "identity": identity,
                 "trained": [r for r in SCALE_ROWS if any(not d["reused"] for k, d in done.items()
                                                          if k[0] == r)],
-                "reused_runs": sum(bool(d["reused"]) for d in done.values()),
+                "reused_runs": sum(bool(d["reused"]) and not d.get("recorded") for d in done.values()),
+                "recorded_runs": sum(bool(d.get("recorded")) for d in done.values()),
                 "finished_runs": [{"row": k[0], "seed": k[1], "run": d["name"],
-                                   "trained": not d["reused"]} for k, d in done.items()],
+                                   "trained": not d["reused"],
+                                   **({"recorded": True} if d.get("recorded") else {})}
+                                  for k, d in done.items()],
                 "borrowed_runs": borrowed, "partial": len(done) < len(specs),
                 "wall_seconds": time.perf_counter() - start}
 
+    if taken and echo:
+        echo(f"{len(taken)} of {len(specs)} runs read from the study's artefact (their records): "
+             "not trained again")
     # The pool says "<row> (seed <s>): trained run <name>" (or "reused run") as each run ends.
-    prefixes = {f"{label} (seed {seed}): ": (label, seed) for label, seed in specs}
+    prefixes = {f"{label} (seed {seed}): ": (label, seed) for label, seed in todo}
 
     def say(line: str) -> None:
         if echo:
@@ -399,8 +539,10 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
         if on_change is not None and state != "reused":
             on_change(artefact())
 
-    done = run_jobs(specs, owners, _train_job, worker_devices(device, jobs), say, progress_every)
-    for key, result in done.items():
-        if finished.get(key) != result:
-            finish(key, result)
+    if todo:
+        done = run_jobs(todo, {key: owners[key] for key in todo}, _scale_job,
+                        worker_devices(device, jobs), say, progress_every)
+        for key, result in done.items():
+            if finished.get(key) != result:
+                finish(key, result)
     return artefact()
