@@ -100,6 +100,16 @@ def gain_words(label: str, gains) -> str:
     return f"the {label} is not shown to read usefully beyond its training length (gain {cell}, {why})"
 
 
+def beyond_clauses(names: dict[str, str], gains: dict[str, RowGain], seq: int) -> str:
+    """The sentence that follows a change of CE with length (chapter 10): whether each row of
+    ``names`` (``{label: the name shown}``) reads beyond its training length ``seq`` is the
+    context gain's question, one clause a row (:func:`gain_words`)."""
+    clauses = "; ".join(gain_words(shown, gains[label].gain) for label, shown in names.items())
+    return (f" Whether a row reads beyond its training length is the context gain's question "
+            f"(the same targets past {seq} read with every earlier character and with at most "
+            f"{seq}): {clauses}.")
+
+
 def gain_sentence(gains: dict[str, RowGain]) -> str:
     """One sentence naming the rows by what their gain says (``{label: RowGain}``): those
     called above zero as the rows that use context beyond their training length, then
