@@ -25,6 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..nn.reused_plans import evaluation_plans
 from .config import DEFAULTS, PUBLISHED_LENGTHS  # noqa: F401 (its earlier home)
 
 TABLE_HEADER = "len | CAT CE | PPL | Bas CE | PPL | dCE"
@@ -67,10 +68,30 @@ def windows(val: torch.Tensor, length: int, n: int,
     return w[:, :-1], w[:, 1:]
 
 
-def windows_per_batch(length: int, batch_tokens: int = DEFAULTS.batch_tokens) -> int:
+# On the CPU, about this many tokens per forward pass, and at least CPU_MIN_WINDOWS windows
+# (never more than the rule below): a pass of a few thousand tokens keeps a block's
+# activations in a core's cache, where larger ones stream them through memory, and with
+# fewer windows a long window's biased attention is cut into fewer query chunks, which skip
+# less of the masked upper triangle (catlib.nn.qk_attention). Measured at the cpu profile's
+# sizes on one thread (benchmarks/scoring_share.py --batches; a shared, busy machine): every
+# window at 128 scored 1.4-1.8 times faster in passes of 16 windows than of 256, at 512
+# 1.1-1.5 times in passes of 8 than of 32, at 1024 (8 windows a pass either way) as before;
+# each window's CE the same bit for bit, at 512 for query-key attention within float32
+# rounding (differences below 1e-8).
+CPU_BATCH_TOKENS = 2048
+CPU_MIN_WINDOWS = 8
+
+
+def windows_per_batch(length: int, batch_tokens: int = DEFAULTS.batch_tokens,
+                      device: str | torch.device | None = None) -> int:
     """Windows per forward pass: about ``batch_tokens`` tokens, and few enough that the
-    baseline's L x L attention matrices (B * L^2 <= 256 * batch_tokens) stay bounded."""
-    return max(1, min(batch_tokens // length, 256 * batch_tokens // (length * length)))
+    baseline's L x L attention matrices (B * L^2 <= 256 * batch_tokens) stay bounded; at
+    least one. On the CPU (``device``) at most the larger of :data:`CPU_BATCH_TOKENS` tokens
+    and :data:`CPU_MIN_WINDOWS` windows."""
+    n = max(1, min(batch_tokens // length, 256 * batch_tokens // (length * length)))
+    if device is not None and torch.device(device).type == "cpu":
+        n = min(n, max(CPU_BATCH_TOKENS // length, CPU_MIN_WINDOWS))
+    return n
 
 
 def check_settings(lengths, eval_windows: int = DEFAULTS.eval_windows,
@@ -146,7 +167,10 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
 
     Windows are batched, :func:`windows_per_batch` per forward pass; pass
     ``batch_tokens=1`` for the published batch of one (an adaptive solver's step control
-    couples the windows of a batch, at the level of its tolerances).
+    couples the windows of a batch, at the level of its tolerances). A plan that depends on
+    the length and the weights alone (a CAT's kernel, a learned bias) is built once for all
+    the windows (:func:`catlib.nn.reused_plans.evaluation_plans`): the same numbers as a
+    plan per pass, bit for bit.
     ``dropout_in_eval=True`` keeps dropout on, as the published script does; with ``seed``
     its masks are drawn from torch seeded by ``seed`` (reproducible; the global RNG state is
     restored afterwards), otherwise from the global RNG.
@@ -163,10 +187,12 @@ def cross_entropy(model: torch.nn.Module, val: torch.Tensor, length: int,
         return {"len": length, "skipped": _skip_reason(len(val), length)}
     device = torch.device(device or next(model.parameters()).device)
     x, y = windows(val, length, n, span_length)
-    per_batch = windows_per_batch(length, batch_tokens)
+    per_batch = windows_per_batch(length, batch_tokens, device)
     total, per_window = 0.0, []
+    # evaluation_plans: a plan that depends on the length and the weights alone (a CAT's
+    # kernel, a learned bias) is built once for all the windows of this length.
     with eval_mode(model, dropout_in_eval), torch.inference_mode(), \
-            seeded(seed if dropout_in_eval else None, device):
+            seeded(seed if dropout_in_eval else None, device), evaluation_plans():
         for i in range(0, n, per_batch):
             xb, yb = x[i:i + per_batch].to(device), y[i:i + per_batch].to(device)
             logits = model(xb)[0]
@@ -295,7 +321,7 @@ def leak_score(model: torch.nn.Module, vocab_size: int, length: int = DEFAULTS.l
     x = torch.randint(vocab_size, (1, length), generator=g)
     positions = torch.randint(length - 1, (n_positions,), generator=g).tolist()
     changes = []
-    with eval_mode(model, False), torch.inference_mode():
+    with eval_mode(model, False), torch.inference_mode(), evaluation_plans():
         ref = _float64(model(x.to(device))[0])
         for i in positions:
             x2 = x.clone()

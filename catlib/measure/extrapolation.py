@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..nn.reused_plans import evaluation_plans
 from .cost import parameter_count  # noqa: F401  (re-exported: the book's tables)
 from . import evaluate
 
@@ -51,7 +52,8 @@ def position_ce(model: torch.nn.Module, val: torch.Tensor, length: int = 5000,
     x, y = evaluate.windows(val, length, n, span_length)
     total = torch.zeros(length, dtype=torch.float64)
     by_window = []
-    with evaluate.eval_mode(model, False), torch.inference_mode():
+    # One plan per length for all the windows (evaluation_plans), not one per window.
+    with evaluate.eval_mode(model, False), torch.inference_mode(), evaluation_plans():
         for i in range(0, n, batch):
             logits = model(x[i:i + batch].to(device))[0]
             # float64 on the CPU: MPS has no float64, and 5000-position sums need it.

@@ -20,6 +20,7 @@ from .kernel_choice import KERNELS
 from .learned_bias import DistanceBiasAttention, FireAttention, KerpleLogKernel
 from .plan import Plan
 from .relative import RelativeAttention
+from .reused_plans import plan_for
 from .content import ContentAttention
 from .solvers import CountedDynamics, integrate
 
@@ -148,7 +149,9 @@ class CAT(nn.Module):
         self._counters = []
         options = self.solve_options()
         for block in self.blocks:
-            dynamics = _PlannedDynamics(block, block.attn.plan(tokens.shape[1], h.device, h.dtype))
+            # Built once per pass; in an evaluation's scope, once per length (reused_plans).
+            plan = plan_for(block.attn, tokens.shape[1], h.device, h.dtype)
+            dynamics = _PlannedDynamics(block, plan)
             counter = CountedDynamics(dynamics)
             self._counters.append(counter)   # before the solve: a capped solve still reports its NFE
             h, _ = integrate(counter, h, self.config.solver,
