@@ -10,7 +10,7 @@ import matplotlib
 import pytest
 
 from catlib.book import scale_study as ss
-from catlib.common.verdicts import prose_problems
+from catlib.common.verdicts import prose_problems, sentences
 from catlib.experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, CONTROL, EULER, EULER_DEEP,
                                      KERPLE, ROPE, SCALE_ROWS)
 
@@ -281,8 +281,10 @@ def test_the_verdicts_read_like_sentences():
                                  EULER: {1: [1.90, 1.91], 4: [1.60, 1.61]},
                                  CONTROL: {1: [1.95, 1.96], 4: [1.65, 1.66]}})
     for study in (CROSSING, with_control):
+        # the abstract's answer (issue 61 item 7): a table and at most three sentences
         text = ss.answer_file_text({"cpu": study}, "cpu")
-        assert len(text.split()) <= 81 and not prose_problems(text, LABELS), text
+        assert len(sentences(text)) <= 4 and not prose_problems(text, LABELS), text
+    text = ss.answer(with_control)
     assert ("The Euler CAT's learned kernel leads ALiBi's bias in its block by 0.050 nats at "
             "every budget and length (ahead).") in text
     assert ss.budget_verdict(CROSSING, 4).startswith("At 4× (2 seeds), the KERPLE-prior CAT is lowest")
@@ -371,6 +373,18 @@ def test_the_scale_sentence_is_placed_where_a_block_has_none(tmp_path):
     assert block == (f"_Written by the build._\n\n{answer} _(From `results/scale_cpu.json`, "
                      "commit c0c0fb99f53b.)_\n\n| table |\n")
     assert answer in (tmp_path / "README.md").read_text()
+
+
+def test_the_scale_answer_is_replaced_not_added_twice(tmp_path):
+    from catlib.book.publish import README_MARKERS, republish_scale_answer
+    (tmp_path / "results").mkdir()
+    start, end = README_MARKERS
+    (tmp_path / "README.md").write_text(f"intro\n{start}\nold\n{end}\nrest\n")
+    study = dict(CROSSING, provenance={"git": {"commit": "c0c0fb99f53bfd82"}, "profile": "cpu"})
+    (tmp_path / "results" / "scale_cpu.json").write_text(json.dumps(study))
+    (tmp_path / "results" / "headline_cpu.md").write_text("_Written by the build._\n\n| table |\n")
+    republish_scale_answer(tmp_path)
+    block = (tmp_path / "results" / "headline_cpu.md").read_text()
     republish_scale_answer(tmp_path)                      # again: replaced, not added twice
     assert (tmp_path / "results" / "headline_cpu.md").read_text() == block
 

@@ -94,13 +94,17 @@ def republish_scale_answer(root: Path, profile: str = "cpu") -> None:
 
 
 def _place_scale_answer(block: str, answer: str) -> str:
-    """``block`` (a ``headline_<profile>.md``) with its "Over budgets (" line replaced by
-    ``answer``; where it has none, ``answer`` as a paragraph after the first one (the
-    build's label), or alone in an empty block."""
+    """``block`` (a ``headline_<profile>.md``) with its scale answer replaced by ``answer``:
+    from the line that opens "Over budgets (" through the line that carries the study's
+    label (`` _(From `results/scale_…`` , the answer's last line; where no line carries it,
+    the opening line alone, as an answer of one paragraph was written). Where the block has
+    no answer (a build before chapter 11 ran), ``answer`` goes after the first paragraph
+    (the build's label), or alone in an empty block."""
     lines = block.split("\n")
     at = next((i for i, line in enumerate(lines) if line.startswith("Over budgets (")), None)
     if at is not None:
-        lines[at] = answer
+        end = next((i for i in range(at, len(lines)) if "_(From `results/scale_" in lines[i]), at)
+        lines[at:end + 1] = [answer]
         return "\n".join(lines)
     paragraphs = block.split("\n\n", 1)
     if not block.strip():

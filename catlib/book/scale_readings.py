@@ -30,6 +30,7 @@ from ..common.verdicts import called, paired_window_error, unpaired_error_bound
 from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, BIAS_KERNELS, BUCKETS, CONTROL,
                                 CONTROL_DEEP, EULER, EULER_DEEP, FIRE, FOX, KERPLE, KERPLE_LOG,
                                 KERPLE_ODE, ROPE)
+from ..experiment.scale_records import seed_window_ce
 
 # The devices a study artefact can come from (``results/scale_<device>.json``), the CPU first.
 STUDY_DEVICES = ("cpu", "cuda")
@@ -143,20 +144,21 @@ def window_term(study: dict, budget: int, seeds, above, below) -> tuple[np.ndarr
     as :func:`~catlib.common.verdicts.interval` takes them.
 
     The error is paired (:func:`~catlib.common.verdicts.paired_window_error`) where both
-    points keep each window's CE and were scored on exactly these seeds (their ``window_ce``
-    is the mean over their own seeds); else it is bounded from the rows' own standard errors
-    (:func:`~catlib.common.verdicts.unpaired_error_bound`), on the fewer of the two points'
-    recorded windows. A point that does not record its number of windows gets one degree of
-    freedom, t(0.975, 1) = 12.7: a standard error needs two windows at least, so no
-    quantile that could hold is wider. NaN where a point keeps no standard error at a length
-    (an artefact from before every window was scored, or a length scored without one):
-    the error is not known there, and the margin is not called on its seeds alone (issue
-    60: the rule never gets looser where less is known)."""
-    window, df = [], []
+    rows' windows can be averaged over exactly these seeds: from the artefact's per-seed
+    records (:func:`~catlib.experiment.scale_records.seed_window_ce`: a comparison on seeds
+    0-2 of a row trained on seeds 0-9 is paired too), else from a point scored on exactly
+    these seeds (its ``window_ce`` is the mean over its own seeds). Else it is bounded from
+    the rows' own standard errors (:func:`~catlib.common.verdicts.unpaired_error_bound`),
+    on the fewer of the two points' recorded windows. A point that does not record its
+    number of windows gets one degree of freedom, t(0.975, 1) = 12.7: a standard error
+    needs two windows at least, so no quantile that could hold is wider. NaN where a point
+    keeps no standard error at a length (an artefact from before every window was scored,
+    or a length scored without one): the error is not known there, and the margin is not
+    called on its seeds alone (issue 60: the rule never gets looser where less is known)."""
+    window, df, seen = [], [], {}
     for a, b, L in zip(_per_length(study, above), _per_length(study, below), lengths(study)):
         pa, pb = point(study, a, budget), point(study, b, budget)
-        own = all(p is not None and sorted(p["seeds"]) == sorted(seeds) for p in (pa, pb))
-        wa, wb = ((p.get("window_ce", {}).get(L) for p in (pa, pb)) if own else (None, None))
+        wa, wb = (_windows_over(study, r, budget, seeds, seen).get(L) for r in (a, b))
         if wa is not None and wb is not None and len(wa) == len(wb) > 1:
             window.append(paired_window_error(wa, wb))
             df.append(len(wa) - 1)
@@ -166,6 +168,20 @@ def window_term(study: dict, budget: int, seeds, above, below) -> tuple[np.ndarr
         counts = [(p or {}).get("windows", {}).get(L) for p in (pa, pb)]
         df.append(min(counts) - 1 if None not in counts else 1)
     return np.array(window, dtype=float), np.array(df, dtype=float)
+
+
+def _windows_over(study: dict, row: str, budget: int, seeds, seen: dict) -> dict:
+    """``{"<length>": [each window's CE, the mean over seeds]}`` of ``row`` at ``budget``
+    over exactly ``seeds``: from the per-seed records where the artefact has them, else
+    the point's own ``window_ce`` where it was scored on exactly these seeds, else empty
+    (``seen``: a cache, by row, for one comparison's lengths)."""
+    if row not in seen:
+        got = seed_window_ce(study, row, budget, list(seeds)) if len(seeds) else None
+        p = point(study, row, budget)
+        if got is None and p is not None and sorted(p["seeds"]) == sorted(seeds):
+            got = p.get("window_ce", {})
+        seen[row] = got or {}
+    return seen[row]
 
 
 def _per_length(study: dict, rows) -> list[str]:

@@ -23,6 +23,7 @@ from ..common.provenance import commit_of
 from ..common.verdicts import NOT_CALLED, listed, nats_range, size_words, subject
 from ..common.verdicts import called_words, times_listed as _times, verdict, window_error
 from ..experiment.scale import CONTROL, EULER, SCALE_ROWS
+from .scale_answer import answer_sentences, answer_table, answer_text, budget_note
 from .scale_readings import (CAT_ROWS, KERNEL_RIVALS, MOON_LEAD, NAMES, STUDY_DEVICES,  # noqa: F401
                              row_leads, budgets, common_seeds, compared_seeds, crossing, crossings,
                              difference, kernel_leads, lead_at, lead_path, leads, lengths,
@@ -465,7 +466,7 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None,
              + (f"; the {', '.join(others)} study is drawn below" if others else "") + ". "
              + missing(study))
     kernel = kernel_verdicts(study)
-    return {"answer": answer(study), "where": where.strip(), "method": method_text(study),
+    return {"answer": answer_text(study), "where": where.strip(), "method": method_text(study),
             "rule": rule_text(rebuild, any("window_ce" in p for t in study["rows"].values()
                                            for p in t["points"]),
                               any("se" in p for t in study["rows"].values() for p in t["points"])),
@@ -477,17 +478,23 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None,
             "overfit": overfit_table(study) or "(this artefact holds no training CE)",
             "lead_short": lead_table(study, ls[0]), "lead_long": lead_table(study, ls[-1]),
             "ce_short": ce_table(study, ls[0]), "ce_long": ce_table(study, ls[-1]),
-            "budget_verdicts": _bullets([budget_verdict(study, b) for b in budgets(study)]),
+            "budget_verdicts": _bullets([f"{budget_verdict(study, b)} {budget_note(study, b)}"
+                                         for b in budgets(study)]),
             "row_verdicts": _bullets([lead_verdict(study, r) for r in CAT_ROWS if r in study["rows"]]),
             "moon": _bullets(moon_lines(study))}
 
 
 def answer_file_text(studies: dict, main: str | None) -> str:
-    """The sentence the intro and the README include (``book/_generated/scale_answer.md``)."""
+    """The answer the intro and the README include (``book/_generated/scale_answer.md``):
+    chapter 11's table and sentences on the kernel question
+    (:func:`~catlib.book.scale_answer.answer_text`)."""
     if main not in studies:
         return NO_STUDY + "\n"
     where = "on a CPU" if main == "cpu" else "on a GPU"
-    return f"Over budgets ({where}, chapter 11): {answer(studies[main])}\n"
+    study = studies[main]
+    table = answer_table(study)
+    return (f"Over budgets ({where}, chapter 11), each row against the Euler CAT at 1×:\n\n"
+            + (f"{table}\n\n" if table else "") + f"{answer_sentences(study)}\n")
 
 
 def _bullets(lines) -> str:
