@@ -17,7 +17,8 @@ from .grid import (BASELINES, BEYOND, CHAPTER_ROWS, CONTROLS, DECAY_ANCHORED,  #
                    chapter_seeds, configs, curve_se, dropout_on_rows, position_curve, row_configs,
                    run_copy_gain, run_refinement, scores, span_of, table_errors,
                    table_paired_window_errors, table_scores, train_grid, train_rows,
-                   training_costs, window_cap, WindowTerm, write_part)
+                   training_costs, window_cap, WindowTerm, write_part, PUBLISHED_WINDOWS,
+                   split_windows, row_windows)
 from .grid import (AS_LAYERS, AS_STEPS, CAT_LADDER, COMPUTE_MATCHED, EULER_CAT, EULER_CONTROL,  # noqa: F401
                    EXTRA_EQUAL_COMPUTE, FRONTIER_CATS, FRONTIER_ONE_SEED, LADDER, MATCHED,
                    NO_COPY_TEST, ROPE_LADDER, SCHEDULE_CHECK, runs_summary)

@@ -41,6 +41,27 @@ from .rows import (  # noqa: F401 (the rows' names, importable from here as befo
     row_configs, budget_configs)
 
 
+# The published split's rows keep the prototype's protocol, the first windows of their split
+# at each length (span_of), and read at most this many per length. Every window there would
+# add nothing the book reads (those rows are not language-model scores: they read the
+# characters they predict) and cost much: 820 windows at 1024 on the published split cost the
+# published baseline alone 34 s of the 87 s of the published run's scoring at the cpu sizes.
+# The causal rows read every window of the span (the profile's eval_windows).
+PUBLISHED_WINDOWS = 128
+
+
+def split_windows(split: str, windows: int) -> int:
+    """The cap on windows per length of a row on ``split``: ``windows``, at most
+    :data:`PUBLISHED_WINDOWS` on the published split (its first windows, the published
+    protocol)."""
+    return min(windows, PUBLISHED_WINDOWS) if split == "published" else windows
+
+
+def row_windows(label: str, windows: int) -> int:
+    """:func:`split_windows` of the row ``label``'s split."""
+    return split_windows(ROWS[label].split, windows)
+
+
 def span_of(label: str, span_length: int | None) -> int | None:
     """The text a row's lengths read: the book's common span tiled by ``span_length``'s
     windows (:mod:`catlib.measure.evaluate`), except on the published split, whose rows keep
@@ -106,10 +127,11 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
                 # The study's rows are scored on plain text at their training length only.
                 specs[key] = dict(model=model.to_dict(), train=tc.to_dict(), root=str(root),
                                   lengths=[tc.seq] if row.study else list(lengths),
-                                  eval_windows=ev.eval_windows,
+                                  eval_windows=row_windows(label, ev.eval_windows),
                                   span_length=span_of(label, ev.span_length),
                                   curve_length=None if row.study else curve_length,
-                                  curve_windows=ev.curve_windows or ev.eval_windows,
+                                  curve_windows=row_windows(
+                                      label, ev.curve_windows or ev.eval_windows),
                                   dropout_on=list(dropout_on or []) if row.published_dropout else [],
                                   copy=[list(copy[0]), copy[1]]
                                   if copy and label not in NO_COPY_TEST else None,
@@ -127,7 +149,7 @@ def train_grid(rows: Iterable[str], experiment: ExperimentConfig, *, root, devic
     done = run_jobs(specs, owners, _train_job, slots, echo, progress_every)
     out = {}
     for key, spec in specs.items():   # finished now: open each run with its stored evaluation
-        evaluation = EvalConfig(lengths=tuple(spec["lengths"]), eval_windows=ev.eval_windows,
+        evaluation = EvalConfig(lengths=tuple(spec["lengths"]), eval_windows=spec["eval_windows"],
                                 span_length=spec["span_length"])
         run = train_run(CATConfig.from_dict(spec["model"]), TrainConfig(**spec["train"]),
                         root=root, device=device, evaluation=evaluation, progress=False,
@@ -298,11 +320,15 @@ def dropout_on_rows(run: Run, corpus: Corpus, lengths, eval_windows: int,
 
     At ``curve_length`` the windows are capped by ``curve_windows`` (the windows of the
     per-position curve, whose mean is the evaluation-mode CE there), elsewhere by
-    ``eval_windows``.
+    ``eval_windows``; on the published split by at most :data:`PUBLISHED_WINDOWS` too
+    (:func:`split_windows`), as its evaluation-mode CEs.
     """
     check_split(run, corpus)
     models, _ = run.load_weights(device or "cpu")
     seed = run.train_config.seed
+    split = run.train_config.split
+    eval_windows = split_windows(split, eval_windows)
+    curve_windows = split_windows(split, curve_windows) if curve_windows else curve_windows
     cap = {L: window_cap(L, curve_length, eval_windows, curve_windows) for L in lengths}
     ident = {"weights": weights_digest(models), "code": code_fingerprint(),
              "lengths": list(lengths), "windows": eval_windows, "seed": seed}
@@ -356,7 +382,8 @@ def table_scores(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
     for label in labels:
         row, split_corpus = ROWS[label], corpus[ROWS[label].split]
         span = span_of(label, longest)
-        n = n_windows(len(split_corpus.val), longest, curve_windows or eval_windows, span)
+        n = n_windows(len(split_corpus.val), longest,
+                      row_windows(label, curve_windows or eval_windows), span)
         curves[label] = np.array([position_curve(runs[label, s], row.model, split_corpus, longest,
                                                  n, device, span) for s in seeds_of(label)])
         short, leak[label] = scores(runs, label, seeds_of(label))
@@ -392,8 +419,8 @@ def table_errors(runs: dict, labels: Iterable[str], seeds, corpus: dict, longest
                 se.setdefault(r["len"], []).append(
                     np.nan if r.get(f"{row.model}_se") is None else r[f"{row.model}_se"])
             if longest is not None:
-                n = read["windows"][longest] = n_windows(n_val, longest,
-                                                         curve_windows or eval_windows, span_length)
+                n = read["windows"][longest] = n_windows(
+                    n_val, longest, row_windows(label, curve_windows or eval_windows), span_length)
                 se.setdefault(longest, []).append(curve_se(
                     runs[label, s], row.model, split_corpus, longest, n, device, span_length))
     return reads, se
@@ -426,7 +453,8 @@ def table_paired_window_errors(runs: dict, first: str, second: str, seeds, corpu
                          "are not paired")
     split_corpus = corpus[ROWS[first].split]
     span = span_of(first, longest)
-    n = n_windows(len(split_corpus.val), longest, curve_windows or eval_windows, span)
+    n = n_windows(len(split_corpus.val), longest, row_windows(first, curve_windows or eval_windows),
+                  span)
     seeds = _seeds_of(seeds)(first)
 
     def per_window(label, s):                    # [lengths] lists of each window's CE

@@ -19,9 +19,14 @@ interval (:func:`catlib.common.verdicts.interval`).
 
 Windows are those of the book's protocol at the longest length (``span_length``: every
 window tiling the span by default). Only for causal models: a chunk is a fresh input whose
-first id sits at position 0, as in training. The chunks of a window go through the model as
-one batch ``[chunks, T]``; an adaptive solver's step control couples them, as it couples
-the windows of a batch in :func:`~catlib.measure.evaluate.cross_entropy`.
+first id sits at position 0, as in training. The chunks of a window go through the model in
+passes of :func:`~catlib.measure.evaluate.windows_per_batch` chunks (``[b, T]`` each, as
+the windows of length ``T`` in :func:`~catlib.measure.evaluate.cross_entropy`), not as one
+batch ``[C, T]`` (305 chunks at 5000 and T = 128), whose activations stream through memory;
+an adaptive solver's step control couples the chunks of a pass, as it couples the windows
+of a batch. The scoring runs within :func:`~catlib.nn.reused_plans.evaluation_plans`: a plan
+that depends on the length and the weights alone (a CAT's kernel, a learned bias) is built
+once per length (``L`` and ``T``), not once per window and pass.
 """
 from __future__ import annotations
 
@@ -33,7 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from ..common.verdicts import interval
-from .evaluate import window_se
+from ..nn.reused_plans import evaluation_plans
+from .evaluate import window_se, windows_per_batch
 from .evaluate import _float64, eval_mode, n_windows, windows
 
 
@@ -100,8 +106,10 @@ def context_gain(model: torch.nn.Module, val: torch.Tensor, length: int = 5000,
     ``val [N]`` int64 ids. Windows: those of :func:`catlib.measure.evaluate.windows` at
     ``length`` on the span of ``span_length`` (default ``length``: the longest length
     scored), every one of them, or ``eval_windows`` spread over the span. Per window one
-    forward ``[1, L]`` and one ``[C, T]`` (:func:`sliding_plan`); eval mode (no dropout),
-    ``torch.inference_mode``, the model's mode restored after; CEs in float64.
+    forward ``[1, L]`` and the ``C`` chunks of :func:`sliding_plan` in passes ``[b, T]`` of
+    ``b = windows_per_batch(T)`` chunks; eval mode (no dropout), ``torch.inference_mode``,
+    plans reused per length (:func:`~catlib.nn.reused_plans.evaluation_plans`), the
+    model's mode restored after; CEs in float64.
     Returns {"length", "train_length", "stride", "windows" (n), "targets" (L − T per
     window), "full", "sliding", "gain" (float64 ``[n]`` on the CPU: each window's mean CE of
     its targets under each reading, and sliding − full), "full_positions",
@@ -118,20 +126,37 @@ def context_gain(model: torch.nn.Module, val: torch.Tensor, length: int = 5000,
     x, y = windows(val, length, n, span_length)                             # [n, L] each
     full = torch.zeros(n, length - train_length, dtype=torch.float64)
     sliding = torch.zeros_like(full)
-    with eval_mode(model, False), torch.inference_mode():
+    per_pass = windows_per_batch(train_length, device=device)
+    # Every window's full reading, then every window's sliding one: a scope keeps one plan
+    # per module (its last length), so each length's plans are built once, not per window.
+    with eval_mode(model, False), torch.inference_mode(), evaluation_plans():
         for i in range(n):
             logits = _float64(model(x[i:i + 1].to(device))[0][0, train_length:])  # [L−T, V]
             full[i] = F.cross_entropy(logits, y[i, train_length:].to(logits.device),
                                       reduction="none").cpu()
-            chunks = model(x[i][plan.positions].to(device))[0]              # [C, T, V]
-            logits = _float64(chunks[plan.scored.to(chunks.device)])       # [L−T, V]
-            target = y[i][plan.positions][plan.scored].to(logits.device)   # [L−T]
-            sliding[i] = F.cross_entropy(logits, target, reduction="none").cpu()
+        for i in range(n):
+            sliding[i] = _sliding_ce(model, x[i], y[i], plan, per_pass, device)
     full_ce, sliding_ce = full.mean(1), sliding.mean(1)
     return {"length": length, "train_length": train_length,
             "stride": plan.stride, "windows": n, "targets": length - train_length,
             "full": full_ce, "sliding": sliding_ce, "gain": sliding_ce - full_ce,
             "full_positions": full.mean(0), "sliding_positions": sliding.mean(0)}
+
+
+def _sliding_ce(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, plan: SlidingPlan,
+                per_pass: int, device) -> torch.Tensor:
+    """The CE of each target at positions ``T..L−1`` of one window (``x``, ``y``: int64
+    ``[L]``) read by the chunks of ``plan``, ``per_pass`` chunks ``[b, T]`` a forward pass;
+    float64 ``[L − T]`` on the CPU, in position order (the chunks score them in order)."""
+    inputs, targets = x[plan.positions], y[plan.positions]                  # [C, T] each
+    out = []
+    for k in range(0, len(inputs), per_pass):
+        logits = model(inputs[k:k + per_pass].to(device))[0]                # [b, T, V]
+        scored = plan.scored[k:k + per_pass]                                # [b, T]
+        picked = _float64(logits[scored.to(logits.device)])                 # [scored, V]
+        out.append(F.cross_entropy(picked, targets[k:k + per_pass][scored].to(picked.device),
+                                   reduction="none").cpu())
+    return torch.cat(out)
 
 
 def gain_interval(gains) -> tuple[float, float]:
