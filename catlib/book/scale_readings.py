@@ -2,7 +2,8 @@
 between two rows with the window-sampling error of its mean, so that the book's one rule
 (:func:`~catlib.common.verdicts.called`) can call it; the leads over the best baseline, the
 lowest row at a budget, the crossings and the moonshot. Chapter 11's sentences are
-:mod:`catlib.book.scale_study`'s, its tables and figure :mod:`catlib.book.scale_tables`'.
+:mod:`catlib.book.scale_study`'s, its tables and frontier :mod:`catlib.book.scale_tables`', the
+intro's figure (each row against the Euler CAT) :mod:`catlib.book.scale_figure`'s.
 
 The study (:mod:`catlib.experiment.scale`) writes ``results/scale_<device>.json``:
 ``{"plan": {budget: seeds}, "rows": {row: {"points": [{"budget", "steps", "seeds",
