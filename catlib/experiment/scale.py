@@ -57,7 +57,7 @@ from ..measure.config import EvalConfig
 from ..nn.config import CATConfig
 from ..runs.branches import branch_name
 from ..runs.errors import RunError
-from ..runs.identity import config_hash
+from ..runs.identity import config_hash, run_dir_name
 from ..runs.stored import NotStored, stored_only
 from ..runs.training import train_run
 from ..training.config import TrainConfig
@@ -359,7 +359,7 @@ def run_name(model: CATConfig, train: TrainConfig, device) -> str:
 
     resolved = model.resolved(torch.device(device))
     h = config_hash(resolved, train, load_corpus(split=train.split).sha256)
-    return f"{resolved.variant}-{h[:8]}"
+    return run_dir_name(resolved, h)
 
 
 def finished_run(model: CATConfig, train: TrainConfig, folder, device) -> Path | None:

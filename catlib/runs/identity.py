@@ -28,6 +28,12 @@ def config_hash(model_config: CATConfig, train_config: TrainConfig, data_sha256:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def run_dir_name(model_config: CATConfig, config_hash_: str) -> str:
+    """The directory a run is given when none is named: ``<variant>-<config hash[:8]>``
+    (``model_config`` resolved for its device)."""
+    return f"{model_config.variant}-{config_hash_[:8]}"
+
+
 def weights_digest(models: dict) -> str:
     """SHA-256 (16 hex digits) of the names, dtypes, shapes and bytes of the models'
     state dicts (``{"cat": module or None, "base": ...}``): which weights an evaluation scored."""

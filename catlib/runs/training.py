@@ -41,7 +41,7 @@ from .evaluation import _stored_eval, eval_settings, evaluate_run
 from .faults import _fault_point
 from .files import _is_temporary, _write_json, atomic_save, atomic_write_text, load_checkpoint
 from .follower import _follow
-from .identity import config_hash
+from .identity import config_hash, run_dir_name
 from .lock import run_lock
 from .run import RESULT_FILES, RUN_PACKAGES, WEIGHT_FILES, Run, _status_of, open_run
 from .stored import require_stored
@@ -134,7 +134,7 @@ def _train_run(model_config: CATConfig, train_config: TrainConfig, *, root, name
     model_config = model_config.resolved(dev)       # solver None: the device's default
     code = code_fingerprint()
     h = config_hash(model_config, train_config, corpus.sha256, code)
-    path = Path(root) / (name or f"{model_config.variant}-{h[:8]}")
+    path = Path(root) / (name or run_dir_name(model_config, h))
     ev = evaluation
     settings = eval_settings(ev.lengths, ev.eval_windows, ev.dropout_in_eval, ev.leak_length,
                              span_length=ev.span_length)
