@@ -472,3 +472,23 @@ def test_the_chapter_says_what_the_study_cost_over_its_runs_of_make_scale():
     assert ss.cost_text(now) == (", made in 63 minutes on 2 CPU cores, in 2 runs of `make scale` "
                                  "(40 for 3 rows before it was killed, then 23 for 1 row)")
     assert ss.cost_text(dict(now, invocations=[])) == ""             # nothing trained here
+
+
+def test_the_missing_rows_count_a_rows_extra_seeds_and_say_the_unrated():
+    """A row holding the plan's seeds and its extra seeds is not "on fewer seeds"; one the
+    sweep left without a rate is said as such, not as a study cut short."""
+    from catlib.book.scale_study import missing
+    from catlib.experiment.scale import ALIBI, FOX, ROPE
+
+    def pt(seeds):
+        return {"budget": 1, "steps": 10, "seeds": seeds, "train_flops": 1.0, "seconds": 1.0,
+                "ce": {"128": [2.0] * len(seeds)}}
+    study = {"plan": {"1": [0, 1, 2]}, "extra_seeds": {ALIBI: {"1": [3, 4]}},
+             "rates": {"unrated": [FOX]},
+             "rows": {ALIBI: {"points": [pt([0, 1, 2, 3, 4])]}, ROPE: {"points": [pt([0, 1])]}}}
+    text = missing(study)
+    assert not any(part.startswith("seeds") and "the ALiBi baseline" in part
+                   for part in text.split("On ")[1:])
+    assert "On seeds 0, 1 only: the RoPE baseline." in text
+    assert "Not trained: the FoX gate" in text or "Not trained: FoX gate" in text
+    assert "FoX gate" not in text.split("Not trained")[0]

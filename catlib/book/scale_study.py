@@ -394,18 +394,26 @@ def cost_text(study: dict) -> str:
 
 def missing(study: dict) -> str:
     """What the plan asked for and the artefact lacks, in a sentence or two ("" if nothing):
-    the rows absent and the rows measured on fewer seeds than the plan's."""
-    absent = [name(r) for r in SCALE_ROWS if r not in study["rows"]]
+    the rows absent (those the sweep left without a rate, ``rates.unrated``, said apart) and
+    the rows measured on fewer seeds than the plan gives them (its seeds at each budget, and
+    a row's ``extra_seeds`` there)."""
+    unrated = set(study.get("rates", {}).get("unrated", []))
+    absent = [name(r) for r in SCALE_ROWS if r not in study["rows"] and r not in unrated]
     plan = {int(b): set(s) for b, s in study["plan"].items()}
+    extra = study.get("extra_seeds", {})
     short: dict[str, list] = {}
     for r in study["rows"]:
+        want = {b: plan[b] | set(extra.get(r, {}).get(str(b), [])) for b in plan}
         got = {b: sorted((point(study, r, b) or {}).get("seeds", [])) for b in budgets(study)}
-        if any(set(got[b]) != plan[b] for b in got):
+        if any(not want.get(b, set()) <= set(got[b]) for b in got):
             seeds = sorted({s for v in got.values() for s in v})
             short.setdefault(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}",
                              []).append(name(r))
     out = [f"Not in this artefact: {listed(absent)} (a study cut short, or rows "
            "added after it was trained)."] if absent else []
+    if unrated:
+        out.append(f"Not trained: {listed([name(r) for r in sorted(unrated)])}, whose every "
+                   "rate diverged in the sweep.")
     out += [f"On {seeds} only: the {', the '.join(rows)}." for seeds, rows in short.items()]
     return " ".join(out)
 
