@@ -113,11 +113,12 @@ clean:
 bench: venv
 	$(PY) -m benchmarks.bench
 
-# The scale study (catlib/experiment/scale.py): chapter 10's rows at 1x-4x its budget on the
-# CPU, three seeds (137 minutes on two cores, measured; its artefact is written after every
-# finished run, and stopped and started again it resumes), 1x-16x with
-# every seed on a GPU (make scale DEVICE=cuda). Writes results/scale_<device>.json, which
-# the book reads; `make book` never trains it.
+# The scale study (catlib/experiment/scale.py): chapter 10's rows at 1x and 2x its budget on
+# the CPU, seeds 0-2, and seeds 3-9 at 1x for the seven rows of the kernel question (the
+# corpus runs out beyond 2x); 1x-16x on a GPU (make scale DEVICE=cuda). Writes
+# results/scale_<device>.partial.json after every finished run and results/scale_<device>.json
+# once complete, which the book reads; stopped and started again, even on another machine
+# with runs/ gone, it reads what its artefact records. `make book` never trains it.
 scale: venv
 	$(PY) -m catlib.book.scale --device $(if $(filter auto,$(DEVICE)),cpu,$(DEVICE))
 
