@@ -1,19 +1,18 @@
 """The context gain beyond the training length in the book: computed by the pool and stored
 with each causal run, read back by the chapters without being computed again, and said in
 words ("uses context beyond its training length") only where the gain is called."""
-import contextlib
 import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import catlib
 from catlib import book
 from catlib.data import load_corpus
 from catlib.experiment import grid as ex
+from catlib.common.devices import one_thread
 
 ROOT = Path(catlib.__file__).resolve().parents[1]      # the checkout whose catlib is imported
 SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1,
@@ -21,18 +20,6 @@ SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", so
 SHARED = dict(SIZES, train_steps=3, lr=4e-3, batch=2, seq=16, lengths=[16, 32], eval_windows=2,
               profile="t")
 GAIN_WINDOWS = 2
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """As the book's jobs compute (catlib.experiment.grid._train_job)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
 
 @pytest.fixture(scope="module")
 def book_pool(tmp_path_factory, tiny_path):
@@ -89,7 +76,7 @@ def test_a_chapter_reads_the_stored_gain_and_never_computes_it_again(book_pool, 
     assert not calls and row.gain.shape == (2, GAIN_WINDOWS) and row.train_length == 16
     assert row.full_positions.shape == (2, 32 - 16) and row.windows == GAIN_WINDOWS
     model = runs["ALiBi baseline", 1].load_models()[1]
-    with _one_thread():                      # as the job scored it: the same kernels, bits
+    with one_thread():                      # as the job scored it: the same kernels, bits
         again = context_gain(model, corpus["90/10"].val, 32, 16, eval_windows=GAIN_WINDOWS,
                              span_length=32)
     np.testing.assert_array_equal(row.gain[1], again["gain"].numpy())

@@ -1,10 +1,8 @@
 """The book's experiment rows: configs, shared runs, cached per-position curves, artefacts."""
-import contextlib
 import json
 
 import numpy as np
 import pytest
-import torch
 
 from catlib import book
 from catlib.experiment import grid as ex
@@ -12,21 +10,10 @@ from catlib.experiment import pool
 from catlib.data import load_corpus
 from catlib.measure.evaluate import context_table, cross_entropy, text_span
 from catlib.experiment.artefacts import read_extrapolation_json, read_position_csv
+from catlib.common.devices import one_thread
 
 SIZES = dict(d_model=16, n_heads=2, n_freq=8, blocks=1, solver="rk4-classic", solver_steps=1, dropout=0.0)
 TRAIN = dict(train_steps=3, lr=4e-3, batch=2, seq=16)
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """As the book's jobs compute (catlib.experiment.grid._train_job)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
 
 def test_configs_follow_the_row(tiny_path):
     # Catches a row built with the wrong variant, split, trained models or dropout.
@@ -215,7 +202,7 @@ def test_dropout_on_rows_are_the_published_protocol_and_stored(tmp_path, tiny_pa
     assert (run.path / "eval-dropout-on.json").exists()           # computed by the job itself
     rows = ex.dropout_on_rows(run, corpus, [16, 32], 2)
     cat, base = run.load_models()
-    with _one_thread():       # as the job scored them: the same kernels, so the same bits
+    with one_thread():       # as the job scored them: the same kernels, so the same bits
         again = context_table(cat, base, corpus.val, [16, 32], 2, dropout_in_eval=True, seed=1)
         plain = context_table(cat, base, corpus.val, [16, 32], 2)
     assert [r["cat_ce"] for r in rows] == [r["cat_ce"] for r in again]

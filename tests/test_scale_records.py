@@ -88,7 +88,7 @@ def test_a_point_records_its_passes_and_each_windows_context_gain(data, tmp_path
     assert points[2]["passes"] > points[1]["passes"] > 0
     trunk = open_run(tmp_path / out["per_seed"][scale.ALIBI]["0"]["run"])
     model = ladder_model(trunk, points[1]["steps"], "base")
-    from catlib.experiment.scale_records import one_thread   # as the pool scores
+    from catlib.common.devices import one_thread   # as the pool scores
 
     with one_thread():
         direct = context_gain(model, corpus.val, 64, 32, span_length=64)

@@ -6,6 +6,8 @@ the run directory code, the audit and the book runner all resolve devices here.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -45,3 +47,17 @@ def check_jobs(jobs: int | None) -> None:
     book's command and the scale study's check it here (one rule, one message)."""
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Within: torch computes on one thread, as a run of the book's pool is trained and
+    scored, so that a score computed in another process runs the same kernels and gives the
+    same bits; one-window forwards (the context gain's) also run much faster on one thread
+    of a busy machine than on two."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -27,11 +27,10 @@ A record (:func:`run_records`) holds, at its budget:
 """
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
-import torch
 
+from ..common.devices import one_thread
 from ..measure.context_gain import context_gain
 from .ladder import ladder_model, ladder_scores, step_train_flops
 
@@ -40,20 +39,6 @@ WINDOW_DIGITS = 6
 # What a record holds; a record without one of them is not a finished record.
 RECORD_KEYS = ("steps", "train_flops", "seconds", "passes", "ce", "se", "windows", "window_ce",
                "train_ce", "context_gain")
-
-
-@contextlib.contextmanager
-def one_thread():
-    """Within: torch computes on one thread, as a run of the pool is trained and scored (a
-    score computed in the study's own process is then the worker's, bit for bit; and the
-    forwards of one window each, as the context gain makes them, run many times slower
-    on two threads of a busy machine than on one)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def scoring_of(lengths, caps, span_length: int | None, train_length: int) -> dict:
