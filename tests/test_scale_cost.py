@@ -19,7 +19,7 @@ from catlib.book.scale import main
 from catlib.experiment import scale, sweep
 
 PLAN = {"1": [0, 1, 2], "2": [0, 1, 2], "4": [0, 1, 2]}      # the CPU's plan
-ELEVEN = [r for r in scale.SCALE_ROWS if r not in (scale.KERPLE, scale.KERPLE_ODE)]
+ELEVEN = [r for r in scale.swept_rows() if r not in (scale.KERPLE, scale.KERPLE_ODE)]
 
 
 def committed_artefact() -> dict:

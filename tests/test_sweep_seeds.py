@@ -108,10 +108,10 @@ def test_a_sweep_of_the_old_dev_slice_is_refused_in_one_line(tmp_path, capsys, m
     issue 61 moved it to the corpus' opening) gives the study no rate: one line naming the
     slice and `make sweep`, from ``chosen_rates`` and from ``make scale`` (exit 2, nothing
     written)."""
-    rows = {label: {"rate": 4e-3, "done": True} for label in scale.SCALE_ROWS}
+    rows = {label: {"rate": 4e-3, "done": True} for label in scale.swept_rows()}
     stale = {"rule": sweep.RULE, "dev": OLD_DEV, "rows": rows}
     with pytest.raises(sweep.SweepError) as e:
-        sweep.chosen_rates(stale, list(scale.SCALE_ROWS))
+        sweep.chosen_rates(stale, list(scale.swept_rows()))
     said = str(e.value)
     assert len(said.splitlines()) == 1 and "953854" in said and "run `make sweep`" in said
     # today's slice is read; windows of another length are refused where the study says
@@ -151,11 +151,11 @@ def test_the_sweeps_plan_holds_seeds_0_and_1_for_every_row_and_rate(data, monkey
     e = _small()
     out = sweep.run_sweep(e, root="unused", device="cpu", jobs=1, echo=said.append,
                           progress_every=0.05)
-    n = len(scale.SCALE_ROWS) * len(sweep.RATES) * 2
+    n = len(scale.swept_rows()) * len(sweep.RATES) * 2
     assert sorted((lr, seed) for lr, seed, _ in planned) == sorted(
-        (r, s) for r in sweep.RATES for s in (0, 1) for _ in scale.SCALE_ROWS)
+        (r, s) for r in sweep.RATES for s in (0, 1) for _ in scale.swept_rows())
     assert len(planned) == n == 78                                 # ties: no extension
-    for label in scale.SCALE_ROWS:
+    for label in scale.swept_rows():
         for rate, seed in itertools.product(sweep.RATES, (0, 1)):
             model, train, _ = scale.scale_configs(label, e, seed, [1], rate)
             assert (rate, seed, (model.to_dict(), train.to_dict())) in planned, (label, rate, seed)

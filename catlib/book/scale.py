@@ -31,7 +31,8 @@ from pathlib import Path
 
 from ..common.provenance import code_fingerprint, commit_of, environment
 from ..data import load_corpus
-from ..experiment.scale import SCALE_ROWS, extra_seeds_for, plan_for, run_study, study_identity
+from ..experiment.scale import (SCALE_ROWS, extra_seeds_for, plan_for, run_study, swept_rows,
+                                study_identity, with_oracle_rates)
 from ..experiment.sweep import SweepError, chosen_rates, unrated_rows
 from ..runs.files import atomic_write_text
 from ..training.config import SEED_MAX
@@ -70,7 +71,8 @@ def check_args(args) -> tuple:
     rates, source = None, {"from": "recipe"}
     if not args.recipe_rate:
         sweep = Path(args.sweep or out / artefact_name("lr_sweep", args.profile, device.type))
-        rates, source = sweep_rates(sweep, args.profile, list(SCALE_ROWS))
+        rates, source = sweep_rates(sweep, args.profile, swept_rows())
+        rates = with_oracle_rates(rates)
     name = artefact_name("scale", args.profile, device.type)
     if args.budgets is not None or args.recipe_rate:      # a test: never the book's artefact
         name = name.removesuffix(".json") + ".test.json"

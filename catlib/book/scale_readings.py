@@ -30,7 +30,7 @@ import numpy as np
 from ..common.verdicts import called, paired_window_error, unpaired_error_bound
 from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, BIAS_KERNELS, BUCKETS, CONTROL,
                                 CONTROL_DEEP, EULER, EULER_DEEP, FIRE, FOX, KERPLE, KERPLE_LOG,
-                                KERPLE_ODE, ROPE)
+                                KERPLE_ODE, ORACLE_ALIBI, ORACLE_EULER, ORACLES, ROPE)
 from ..experiment.scale_records import seed_window_ce
 
 # The devices a study artefact can come from (``results/scale_<device>.json``), the CPU first.
@@ -51,7 +51,8 @@ NAMES = {ALIBI: "ALiBi baseline", ALIBI_DEEP: "deep ALiBi baseline", ROPE: "RoPE
          KERPLE: "KERPLE-prior CAT", KERPLE_ODE: "ODE-consistent CAT", EULER: "Euler CAT",
          EULER_DEEP: "deep Euler CAT", CONTROL: "kernel control",
          CONTROL_DEEP: "deep kernel control", BUCKETS: "bucket bias", KERPLE_LOG: "KERPLE-log bias",
-         FIRE: "FIRE bias", FOX: "FoX gate"}
+         FIRE: "FIRE bias", FOX: "FoX gate", ORACLE_ALIBI: "deep ALiBi on long windows",
+         ORACLE_EULER: "Euler CAT on long windows"}
 
 
 def name(row: str) -> str:
@@ -59,13 +60,24 @@ def name(row: str) -> str:
 
 
 def load_studies(root) -> dict[str, dict]:
-    """``{device: artefact}`` for each ``results/scale_<device>.json`` present, CPU first."""
+    """``{device: artefact}`` for each ``results/scale_<device>.json`` present, CPU first,
+    each with its oracle apart (:func:`split_oracle`)."""
     out = {}
     for device in STUDY_DEVICES:
         path = Path(root) / "results" / f"scale_{device}.json"
         if path.is_file():
-            out[device] = json.loads(path.read_text())
+            out[device] = split_oracle(json.loads(path.read_text()))
     return out
+
+
+def split_oracle(study: dict) -> dict:
+    """``study`` with the oracle's rows (:data:`~catlib.experiment.scale.ORACLES`, trained on
+    longer windows: not rivals of the rows trained at 128) moved from ``rows`` and
+    ``per_seed`` to ``oracle`` (``{row: {"points": [...]}}``, empty where the study has
+    none), so that every reading of the rivals leaves them out."""
+    apart = lambda part: {k: v for k, v in (study.get(part) or {}).items() if k not in ORACLES}  # noqa: E731
+    return {**study, "rows": apart("rows"), "per_seed": apart("per_seed"),
+            "oracle": {k: v for k, v in (study.get("rows") or {}).items() if k in ORACLES}}
 
 
 def budgets(study: dict) -> list[int]:

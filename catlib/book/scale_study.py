@@ -22,7 +22,8 @@ from ..common.formatting import signed
 from ..common.provenance import commit_of
 from ..common.verdicts import NOT_CALLED, listed, nats_range, size_words, subject
 from ..common.verdicts import called_words, times_listed as _times, verdict, window_error
-from ..experiment.scale import CONTROL, EULER, SCALE_ROWS
+from ..experiment.scale import CONTROL, EULER, ORACLES, SCALE_ROWS
+from .scale_oracle import oracle_table, oracle_text
 from .scale_answer import answer_sentences, answer_table, answer_text, budget_note
 from .scale_readings import (CAT_ROWS, KERNEL_RIVALS, MOON_LEAD, NAMES, STUDY_DEVICES,  # noqa: F401
                              row_leads, budgets, common_seeds, compared_seeds, crossing, crossings,
@@ -398,7 +399,8 @@ def missing(study: dict) -> str:
     the rows measured on fewer seeds than the plan gives them (its seeds at each budget, and
     a row's ``extra_seeds`` there)."""
     unrated = set(study.get("rates", {}).get("unrated", []))
-    absent = [name(r) for r in SCALE_ROWS if r not in study["rows"] and r not in unrated]
+    absent = [name(r) for r in SCALE_ROWS
+              if r not in study["rows"] and r not in ORACLES and r not in unrated]
     plan = {int(b): set(s) for b, s in study["plan"].items()}
     extra = study.get("extra_seeds", {})
     short: dict[str, list] = {}
@@ -466,6 +468,7 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None,
     study = studies.get(main)
     if study is None:
         return {"answer": NO_STUDY, "rule": rule_text(rebuild), "rule_example": "", "rivals": "",
+                "oracle": "", "oracle_table": "",
                 "words": words_rule(), **{key: "(no artefact)" for key in keys}}
     ls, prov = lengths(study), study.get("provenance", {})
     others = [d for d in studies if d != main]
@@ -489,7 +492,8 @@ def chapter_texts(studies: dict, main: str | None, rebuild: float | None = None,
             "budget_verdicts": _bullets([f"{budget_verdict(study, b)} {budget_note(study, b)}"
                                          for b in budgets(study)]),
             "row_verdicts": _bullets([lead_verdict(study, r) for r in CAT_ROWS if r in study["rows"]]),
-            "moon": _bullets(moon_lines(study))}
+            "moon": _bullets(moon_lines(study)),
+            "oracle": oracle_text(study), "oracle_table": oracle_table(study)}
 
 
 def answer_file_text(studies: dict, main: str | None) -> str:

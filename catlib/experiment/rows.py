@@ -51,6 +51,10 @@ class Row:
     steps_share: float = 1.0
     compute_as: tuple = ()
     ladder: tuple = ()
+    # Trained on windows ``window_times`` the experiment's ``seq``, the batch keeping the
+    # characters per step nearest the experiment's: the oracle of the scale study (issue
+    # 62), which reads long context in training.
+    window_times: int = 1
 
     @property
     def is_cat(self) -> bool:
@@ -253,8 +257,9 @@ def row_configs(row: Row, experiment: ExperimentConfig, seed: int) -> tuple[CATC
     options, batches = dict(row.options), {}
     if row.published_dropout:
         options["dropout"] = CATConfig.dropout      # the published rate, CATConfig's default
+    seq = row.window_times * experiment.train.seq
     if options.get("kernel") in TRAIN_LENGTH_KERNELS:
-        options.setdefault("train_length", experiment.train.seq)  # the residual lives below it
+        options.setdefault("train_length", seq)  # the residual lives below it
     if row.study:
         study = experiment.study
         options["blocks"] = study.study_blocks
@@ -264,6 +269,8 @@ def row_configs(row: Row, experiment: ExperimentConfig, seed: int) -> tuple[CATC
         if study.study_batch:
             batches["batch"] = study.study_batch
     model = dataclasses.replace(experiment.model, variant=row.variant, **options)
+    if row.window_times != 1:
+        batches.update(seq=seq, batch=max(1, round(experiment.train.batch / row.window_times)))
     train = dataclasses.replace(experiment.train, seed=seed, split=row.split,
                                 models=row.trains, **batches)
     if row.causal:

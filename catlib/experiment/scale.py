@@ -61,6 +61,7 @@ from ..runs.identity import config_hash, run_dir_name
 from ..runs.stored import NotStored, stored_only
 from ..runs.training import train_run
 from ..training.config import TrainConfig
+from ..training.schedule import decay_start
 from .compute import expected_step_flops, matched_budget
 from .grid import _train_job
 from .pool import run_jobs, worker_devices
@@ -78,6 +79,14 @@ BUCKETS = "ALiBi + learned buckets inside the Euler CAT block"
 KERPLE_LOG, FIRE = "KERPLE-log inside the Euler CAT block", "FIRE inside the Euler CAT block"
 FOX = "FoX inside the Euler CAT block"
 CONTROL_DEEP = "ALiBi inside the deep Euler CAT's blocks"
+# The oracle's windows, as a multiple of the rows' training length (512 at ``cpu`` sizes).
+ORACLE_TIMES = 4
+ORACLE_ALIBI = "ALiBi baseline, 4 layers, long windows"
+ORACLE_EULER = "ALiBi-prior CAT, Euler x1, long windows"
+# Each oracle row and the row whose swept rate it takes (the sweep tunes the rows at 128).
+ORACLES = {ORACLE_ALIBI: ALIBI_DEEP, ORACLE_EULER: EULER}
+# The oracle is trained to 1x only, on the plan's seeds.
+ORACLE_BUDGETS = (1,)
 # Each learned bias's row and its CATConfig kernel (catlib/nn/learned_bias.py, forgetting.py).
 BIAS_KERNELS = {BUCKETS: "alibi-buckets", KERPLE_LOG: "kerple-log", FIRE: "fire", FOX: "fox"}
 _EULER_OPTIONS = (("kernel", "alibi-prior"), ("solver", "euler"), ("solver_steps", 1))
@@ -105,12 +114,24 @@ SCALE_ROWS: dict[str, Row] = {r.label: r for r in (
       for label, kernel in BIAS_KERNELS.items()),
     Row(CONTROL_DEEP, "causal", "cat", "90/10", (*_EULER_OPTIONS, ("kernel_residual", False)),
         ("cat",)),
+    # The oracle (issue 62, item 2): what context beyond 128 characters is worth at the
+    # book's sizes. Copying a name from far back takes two layers (one marks what came
+    # before each character, one looks it up), and reading far takes training on long
+    # windows: four ALiBi layers, and the Euler CAT for the kernel's side, both trained on
+    # windows ORACLE_TIMES as long as the rows'. Not rivals of the rows trained at 128: chapter 11 shows
+    # their context gain apart (catlib.book.scale_readings.split_oracle).
+    Row(ORACLE_ALIBI, "causal", "base", "90/10",
+        (*ROWS["ALiBi baseline"].options, *TODAY, ("blocks", 4)), ("base",),
+        window_times=ORACLE_TIMES),
+    Row(ORACLE_EULER, "causal", "cat", "90/10", _EULER_OPTIONS, ("cat",),
+        window_times=ORACLE_TIMES),
 )}
 # ``blocks_as`` rows get as many blocks as fit the FLOPs per step of the row named;
 # ``SAME_BLOCKS`` rows take the blocks of the row named (a control keeps its twin's depth).
 BLOCKS_AS = {ALIBI_DEEP: KERPLE, EULER_DEEP: KERPLE}
 SAME_BLOCKS = {CONTROL_DEEP: EULER_DEEP}
 BASELINE_ROWS = (ALIBI, ALIBI_DEEP, ROPE)
+
 
 # Budgets (multiples of the KERPLE-prior CAT's training FLOPs at the experiment's steps)
 # and the seeds trained to each, per device type: the plan every row follows. On the CPU
@@ -145,8 +166,24 @@ def row_plan(plan: dict, extra: dict | None, label: str) -> dict[int, tuple]:
     """``{budget: seeds}`` of the row ``label``: the seeds of ``plan`` at each budget and
     the row's own (``extra[label]``, :func:`extra_seeds_for`), smallest first."""
     own = (extra or {}).get(label, {})
-    return {b: tuple(sorted({*plan.get(b, ()), *own.get(b, ())}))
-            for b in sorted({*plan, *own})}
+    budgets = sorted({*plan, *own})
+    if label in ORACLES:
+        budgets = [b for b in budgets if b in ORACLE_BUDGETS]
+    return {b: tuple(sorted({*plan.get(b, ()), *own.get(b, ())})) for b in budgets}
+
+
+def swept_rows() -> list[str]:
+    """The rows the learning-rate sweep tunes: every row of the study but the oracle's."""
+    return [r for r in SCALE_ROWS if r not in ORACLES]
+
+
+def with_oracle_rates(rates: dict | None) -> dict | None:
+    """``rates`` (``{row: rate}``, from the sweep, or None: the recipe's) with each oracle
+    row at the rate of the row it stands beside (:data:`ORACLES`), where that one has a
+    rate."""
+    if rates is None:
+        return None
+    return {**rates, **{o: rates[twin] for o, twin in ORACLES.items() if twin in rates}}
 
 
 def plan_text(plan: dict) -> dict[str, list]:
@@ -196,11 +233,21 @@ def scale_configs(label: str, experiment, seed: int, budgets, rate: float | None
         model = dataclasses.replace(model, blocks=twin.blocks)
     per_step = expected_step_flops(model, row.model, train.batch, train.seq)
     unit = reference_flops(experiment)
-    steps = {b: max(1, round(b * unit / per_step)) for b in sorted(budgets)}
+    least = fewest_steps(train)
+    steps = {b: max(least, round(b * unit / per_step)) for b in sorted(budgets)}
     longest = steps[max(budgets)]
     train = with_points(dataclasses.replace(train, train_steps=longest),
                         {n for n in steps.values() if n < longest})
     return model, train, steps
+
+
+def fewest_steps(train: TrainConfig) -> int:
+    """The fewest steps ``train``'s recipe allows: 1, or for "wsd" the fewest whose decay
+    starts after the warm-up (a tiny test profile's costly row would otherwise get one)."""
+    n = 1
+    while train.schedule == "wsd" and decay_start(n, train.decay_share) < train.warmup:
+        n += 1
+    return n
 
 
 def nearest_blocks(model, key: str, per_step: float, batch: int, seq: int):

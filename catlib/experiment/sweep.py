@@ -1,6 +1,6 @@
 """Each row of the scale study at its own learning rate, chosen on the dev slice.
 
-The sweep trains every row of :data:`catlib.experiment.scale.SCALE_ROWS` at the 1x budget
+The sweep trains every row of :func:`catlib.experiment.scale.swept_rows` at the 1x budget
 (:data:`BUDGET`) on each seed of :data:`SWEEP_SEEDS` (0 and 1; the study's configurations,
 :func:`~catlib.experiment.scale.scale_configs`) at each rate of :data:`RATES`, the book's
 recipe otherwise unchanged (its warm-up and decay shares are shares of the steps, so they
@@ -56,7 +56,7 @@ from ..runs import (NotStored, TrainingFailed, stored_only, stored_with_run, tra
 from ..training.config import TrainConfig
 from .pool import run_jobs, worker_devices
 from .progress import reporter
-from .scale import SCALE_ROWS, scale_configs
+from .scale import SCALE_ROWS, swept_rows, scale_configs
 
 # The recipe's rate (chapter 10's, every profile's ``lr`` at the book's sizes): a row keeps
 # it unless another rate is better by a called margin on every seed.
@@ -377,7 +377,7 @@ def run_sweep(experiment, *, root, device, rows=None, jobs: int | None = None, e
     if DEFAULT_RATE not in grid:
         raise ValueError(f"the grid {list(grid)} must hold the recipe's rate {DEFAULT_RATE:g}")
     start = time.perf_counter()
-    rows = list(rows or SCALE_ROWS)
+    rows = list(rows or swept_rows())
     seeds = tuple(seeds)
     measured: dict = {label: {} for label in rows}
     steps = {label: sweep_spec(label, experiment, grid[0], root)["steps"] for label in rows}
