@@ -3,9 +3,9 @@
 The house, each layer importing only those above it in this list (tests/test_layers.py):
 
 - ``nn/``          the method: bases, quadrature, kernels, attention, baselines, the model, solvers;
-- ``code_corpus``  the second corpus: the pinned SymPy release's source, split by file
-                   (not yet loadable through ``data``);
-- ``data``         the corpus, its splits and the training batches;
+- ``code_corpus``  the second corpus: the pinned SymPy release's source, split by file;
+- ``data``         the corpora (Tiny Shakespeare and code; a split names its corpus), their
+                   splits and the training batches;
 - ``common/``      what every layer uses: devices, provenance, tensor files, number formatting;
 - ``measure/``     what a trained model does: CE per length and position, copying, refinement, cost;
 - ``training/``    the training loop and its recipe (warm-up, constant rate, decay), the

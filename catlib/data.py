@@ -1,13 +1,22 @@
-"""The Tiny Shakespeare corpus, its vocabulary, the published split and batch sampler.
+"""The corpora, their vocabularies and splits, and the batch sampler.
 
-Lookup order for the corpus file (first hit wins):
+Two corpora (:data:`CORPORA`), and the split names the corpus: Tiny Shakespeare
+(``tiny``: the splits "published" and "90/10", below) and the Python source of the pinned
+SymPy (``code``: its split by file, "files", built by :mod:`catlib.code_corpus`).
+:func:`load_corpus` loads either from a split's name, so that every run, which records
+its split, loads its own corpus; :func:`corpus_of` names a split's corpus,
+:func:`causal_split` gives the split a causal run takes on a corpus and
+:func:`vocab_size` the vocabulary size its models need.
+
+Lookup order for Tiny Shakespeare's file (first hit wins):
 
 1. an explicit ``path`` argument (``--data`` on the command line);
 2. the environment variable ``CATLIB_DATA``;
 3. the user cache, ``$XDG_CACHE_HOME/catlib/tiny.txt`` (default ``~/.cache/catlib/tiny.txt``);
 4. otherwise the public char-rnn copy is downloaded into that cache, atomically.
 
-Every load checks the SHA-256 of the file against the published one.
+Every load checks the SHA-256 of the file against the published one (and the code
+corpus's text against its own, :data:`catlib.code_corpus.CODE_SHA256`).
 """
 from __future__ import annotations
 
@@ -21,6 +30,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from .code_corpus import SPLIT as CODE_SPLIT
+from .code_corpus import CodeCorpus, CodeCorpusError, load_code_corpus
 
 CORPUS_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -36,12 +48,49 @@ TRAIN_CHARS = 50_000  # the published split: ids[:50000] train, the rest validat
 # training part's last characters are the validation text's nearest neighbours (the
 # speakers of the play it opens), and held out they made every validation CE harder
 # (issue 61).
-SPLITS = ("published", "90/10")
+SPLITS = ("published", "90/10")     # Tiny Shakespeare's (split_point, split_parts)
 DEV_CHARS = 50_000
+# Each corpus and its splits: a split belongs to one corpus, so a run's split names it.
+CORPORA = {"tiny": SPLITS, "code": (CODE_SPLIT,)}
+ALL_SPLITS = tuple(split for splits in CORPORA.values() for split in splits)
+# The split a causal run (the book's rows, the sweep, the study) takes on each corpus.
+CAUSAL_SPLITS = {"tiny": "90/10", "code": CODE_SPLIT}
+# The vocabulary of each corpus, fixed by its SHA-256 (tests/test_corpus_choice.py loads
+# both): tiny.txt's 65 characters; the code corpus's 130 characters of its training files
+# and the unknown symbol. A model's vocab_size must equal its corpus's.
+VOCAB_SIZES = {"tiny": 65, "code": 131}
 
 
 class DataError(RuntimeError):
     """A corpus problem; the message is one line naming the problem and the fix."""
+
+
+def check_corpus(name: str) -> str:
+    """``name`` if it is a corpus of :data:`CORPORA`, else DataError in one line."""
+    if name not in CORPORA:
+        raise DataError(f"corpus {name!r} is not one of {list(CORPORA)}; pass "
+                        + " or ".join(f"--corpus {c}" for c in CORPORA))
+    return name
+
+
+def corpus_of(split: str) -> str:
+    """The corpus (a key of :data:`CORPORA`) whose split ``split`` is; ValueError for a
+    split of none."""
+    for name, splits in CORPORA.items():
+        if split in splits:
+            return name
+    raise ValueError(f"split must be one of {list(ALL_SPLITS)}, got {split!r}")
+
+
+def causal_split(corpus: str) -> str:
+    """The split a causal run takes on ``corpus``: "90/10" on tiny, "files" on code."""
+    return CAUSAL_SPLITS[check_corpus(corpus)]
+
+
+def vocab_size(corpus: str) -> int:
+    """The vocabulary size of ``corpus``, which a model trained on it must have
+    (``CATConfig.vocab_size``): 65 on tiny (CATConfig's default), 131 on code."""
+    return VOCAB_SIZES[check_corpus(corpus)]
 
 
 def cache_dir() -> Path:
@@ -172,9 +221,22 @@ def split_parts(n_ids: int, split: str = "published") -> dict[str, tuple[int, in
 
 
 def load_corpus(path: str | os.PathLike | None = None, download: bool = True,
-                split: str = "published") -> Corpus:
-    """Locate, verify and encode the corpus, then split it (see :data:`SPLITS`)."""
-    split_point(0, split)   # a bad split name fails before the file is read
+                split: str = "published") -> Corpus | CodeCorpus:
+    """Locate, verify and encode the corpus whose split ``split`` is, then split it
+    (:data:`ALL_SPLITS`). Tiny Shakespeare: :data:`SPLITS`, its file found through
+    ``path`` (:func:`corpus_path`). The code corpus, split "files":
+    :func:`catlib.code_corpus.load_code_corpus`, read from the installed SymPy (``path``
+    must be None; ``download`` is not used); its errors (another SymPy, another text)
+    are DataError."""
+    if corpus_of(split) == "code":   # a bad split name fails before anything is read
+        if path is not None:
+            raise DataError(f"the code corpus is read from the installed SymPy, not from "
+                            f"{path}; leave out --data (the path of tiny.txt) for split "
+                            f"{split!r}")
+        try:
+            return load_code_corpus()
+        except CodeCorpusError as e:
+            raise DataError(str(e)) from None
     p = corpus_path(path, download=download)   # verified against its SHA-256 on every call
     stat = p.stat()
     text, vocab, encoded = _read_and_encode(str(p), stat.st_mtime_ns, stat.st_size)

@@ -22,9 +22,9 @@ from ..training import distributed
 from ..audit import AuditError, audit_model, audit_to_json, format_audit, load_for_audit
 from .flags import (CATLIB_FIELDS, EVAL_CONFIGS, EVAL_FLAGS, FLAG_OF, LEFT_OUT,  # noqa: F401
                         PUBLISHED_FIELDS, TRAIN_FLAGS, Flag, _add_flag, _positive,
-                        configs_from_args, evaluation_from_args)
+                        add_corpus_flag, configs_from_args, evaluation_from_args)
 from ..nn.config import BASES
-from ..data import CORPUS_CHARS, DataError, split_point
+from ..data import CORPUS_CHARS, SPLITS, DataError, split_point
 from ..measure.evaluate import check_settings, format_table
 from ..common.devices import DEVICES, DeviceError, resolve_device
 from ..runs import (RunError, RunInterrupted, StorageError, TrainingFailed, evaluate_run,
@@ -86,6 +86,7 @@ def _add_train_parser(sub) -> argparse.ArgumentParser:
             _add_flag(groups[flag.group], flag)
     _add_eval_flags(groups["published"], groups)
     c = groups["catlib"]
+    add_corpus_flag(c)
     c.add_argument("--run-dir", default="runs", help="parent directory of the runs (default: runs)")
     c.add_argument("--name", default=None, help="run name (default: <variant>-<config hash>)")
     c.add_argument("--retrain", action="store_true", help="train again even if a finished run matches")
@@ -176,7 +177,11 @@ def cmd_train(args) -> int:
     try:
         model_config, train_config, evaluation = configs_from_args(args)
         causal = model_config.resolved().causal
-        train_config.validate(split_point(CORPUS_CHARS, args.split), causal)
+        # Tiny Shakespeare's training characters bound --seq here; the code corpus's, once
+        # train_run has read it (it checks SymPy first).
+        n_train = (split_point(CORPUS_CHARS, train_config.split)
+                   if train_config.split in SPLITS else None)
+        train_config.validate(n_train, causal)
         check_settings(evaluation.lengths, evaluation.eval_windows, evaluation.batch_tokens,
                        causal, evaluation.leak_length)
         distributed.check_batch(args.batch)  # under torchrun: --batch is the global batch

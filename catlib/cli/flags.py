@@ -5,6 +5,8 @@ and :class:`~catlib.measure.config.EvalConfig` is a flag ``--<field>`` (:data:`T
 with the field's type and default; its help is the text below, the one home of every
 flag's help (:data:`PUBLISHED_FIELDS`, :data:`CATLIB_FIELDS`). :data:`LEFT_OUT` names the fields without a flag
 and why. :func:`configs_from_args` turns parsed arguments back into the three configs.
+One flag is no field: ``--corpus`` (:func:`add_corpus_flag`), which picks the split
+(:func:`chosen_split`) and with it the models' ``vocab_size``.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import typing
 from dataclasses import dataclass
 
 
-from ..data import SPLITS
+from ..data import ALL_SPLITS, CORPORA, check_corpus, corpus_of, vocab_size
 from ..measure.config import EvalConfig
 from ..nn.config import (BASELINE_BLOCKS, BASELINE_POSITIONS, BASES, PENALTIES, SOLVER_NAMES,
                         VARIANTS, CATConfig)
@@ -108,7 +110,8 @@ CATLIB_FIELDS = {
                           "(default: train with --solver_steps)",
     # TrainConfig
     "seed": "seed of torch, numpy, python and the sampler",
-    "split": "corpus split: published (50000 training characters) or 90/10",
+    "split": "corpus split: published (50000 training characters) or 90/10 of tiny, files "
+             "of code (see --corpus)",
     "models": "the models to train: cat, base or both",
     "budget": "wall-clock limit of training: 90, 90s, 15m, 1.5h; stops at a step boundary",
     "val_every": "validate every N steps on a few windows of length --seq (0: never)",
@@ -149,10 +152,10 @@ CATLIB_FIELDS = {
 }
 # Fields without a flag, on purpose, and why.
 LEFT_OUT = {
-    "vocab_size": "set by the corpus: it must equal the vocabulary of tiny.txt",
+    "vocab_size": "set by the corpus (--corpus, --split): it must equal its vocabulary",
     "curve_windows": "train and eval score no per-position curve (the book's experiment does)",
 }
-CHOICES = {"basis": BASES, "variant": VARIANTS, "solver": SOLVER_NAMES, "split": SPLITS,
+CHOICES = {"basis": BASES, "variant": VARIANTS, "solver": SOLVER_NAMES, "split": ALL_SPLITS,
            "models": MODELS, "penalty": PENALTIES, "baseline_positions": BASELINE_POSITIONS,
            "kernel": KERNELS, "weight_decay_on": DECAY_ON, "baseline_block": BASELINE_BLOCKS,
            "schedule": SCHEDULES}
@@ -161,9 +164,12 @@ ALIASES = {"val_every": ("--val-every",), "checkpoint_every": ("--checkpoint-eve
 PARSERS = {"budget": _budget}          # argparse types that the field's type does not give
 # How the help says a default that is None: the solver is resolved with the device
 # (CATConfig.resolved, in train_run); the prior kernels' train_length follows --seq.
-DEFAULT_WORDS = {"budget": "no limit", "solver": "the published choice, dopri5; rk4-classic on mps",
+DEFAULT_WORDS = {"budget": "no limit", "split": "published; files with --corpus code",
+                 "solver": "the published choice, dopri5; rk4-classic on mps",
                  "span_length": "the published protocol, the first windows at each length"}
 METAVARS = {int: "N", float: "X"} | {"budget": "TIME", "lengths": "T"}
+# The fields whose flag, left out, follows another flag: --split follows --corpus.
+FOLLOWING = ("split",)
 # EvalConfig's flags, shared by train and eval.
 EVAL_CONFIGS = (EvalConfig,)
 
@@ -233,6 +239,39 @@ def _shown(value) -> str:
     return str(value)
 
 
+class _Given(argparse.Action):
+    """argparse's store that also notes the flag as given (``args.given``, a set of
+    fields): a flag of :data:`FOLLOWING` left out follows another one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = getattr(namespace, "given", set()) | {self.dest}
+
+
+def add_corpus_flag(group) -> None:
+    """``--corpus {tiny,code}`` (default: the corpus of ``--split``)."""
+    group.add_argument("--corpus", choices=tuple(CORPORA), default=None,
+                       help="the corpus: tiny (Tiny Shakespeare) or code (the pinned SymPy's "
+                            "Python source, split by file: --split files, its own vocabulary) "
+                            "(default: the corpus of --split, tiny)")
+
+
+def chosen_split(corpus: str | None, split: str, given: bool) -> str:
+    """The split that ``--corpus`` and ``--split`` pick: ``split`` where no corpus is named;
+    the corpus's first split (tiny: published, code: files) where ``--split`` is not
+    ``given``; ValueError (one line) where the split given is another corpus's."""
+    if corpus is None:
+        return split
+    splits = CORPORA[check_corpus(corpus)]
+    if not given:
+        return splits[0]
+    if split not in splits:
+        raise ValueError(f"split {split} is not a split of --corpus {corpus}, whose splits "
+                         f"are {', '.join(splits)}; leave --split out, or pass --corpus "
+                         f"{corpus_of(split)}")
+    return split
+
+
 def _add_flag(group, flag: Flag) -> None:
     default = flag.default
     words = DEFAULT_WORDS.get(flag.field) or _shown(default)
@@ -250,6 +289,8 @@ def _add_flag(group, flag: Flag) -> None:
                   metavar=METAVARS.get(flag.field, METAVARS.get(flag.kind)))
     if flag.field in CHOICES:
         kw["choices"] = CHOICES[flag.field]
+    if flag.field in FOLLOWING:
+        kw["action"] = _Given
     group.add_argument(*flag.flags, **kw)
 
 
@@ -260,11 +301,15 @@ def evaluation_from_args(args) -> EvalConfig:
 
 def configs_from_args(args) -> tuple[CATConfig, TrainConfig, EvalConfig]:
     """The CATConfig, TrainConfig and EvalConfig of parsed ``train`` arguments (raises
-    ValueError). A prior kernel's ``train_length`` follows ``--seq`` unless given."""
+    ValueError). A prior kernel's ``train_length`` follows ``--seq`` unless given; the
+    split follows ``--corpus`` (:func:`chosen_split`) and ``vocab_size`` the split's corpus."""
     values = {cls: {f.field: getattr(args, f.field) for f in TRAIN_FLAGS if f.config is cls}
               for cls in (CATConfig, TrainConfig)}
     model = values[CATConfig]     # solver None: train_run resolves it with the device
     train = values[TrainConfig]
+    train["split"] = chosen_split(getattr(args, "corpus", None), train["split"],
+                                  "split" in getattr(args, "given", ()))
+    model["vocab_size"] = vocab_size(corpus_of(train["split"]))   # tiny: CATConfig's default
     train["models"] = tuple(train["models"])
     if model["kernel"] in TRAIN_LENGTH_KERNELS and model["train_length"] is None:
         model["train_length"] = train["seq"]

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from ..training import distributed
-from ..data import Corpus, load_corpus
+from ..data import Corpus, corpus_of, load_corpus
 from ..common.devices import resolve_device
 from ..measure.config import EvalConfig
 from ..measure.evaluate import check_settings
@@ -190,8 +190,10 @@ def _check_inputs(model_config: CATConfig, train_config: TrainConfig, data, devi
         raise RunError(str(e)) from None
     corpus = load_corpus(data, split=train_config.split)
     if model_config.vocab_size != len(corpus.vocab):
-        raise RunError(f"vocab_size must be {len(corpus.vocab)} for this corpus, "
-                       f"got {model_config.vocab_size}")
+        name = corpus_of(corpus.split)
+        raise RunError(f"vocab_size must be {len(corpus.vocab)} for the {name} corpus (split "
+                       f"{corpus.split!r}), got {model_config.vocab_size}; set "
+                       f"CATConfig(vocab_size=catlib.data.vocab_size({name!r}))")
     try:
         train_config.validate(len(corpus.train))
     except ValueError as e:

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..data import SPLITS, check_repeats
+from ..data import ALL_SPLITS, check_repeats
 from ..nn.config import check_finite
 from .optim import DECAY_ON
 from .schedule import SCHEDULES, decay_start
@@ -29,7 +29,8 @@ class TrainConfig:
     constant); it enters the identity only when not empty.
     ``weight_decay_on``: the tensors AdamW decays, "all" or "matrices"; None follows the
     model's variant (published "all", causal "matrices"; :mod:`catlib.training.optim`). ``split`` is the
-    corpus split (:data:`catlib.data.SPLITS`); ``models`` the models trained: both, as
+    corpus split, which names the corpus (:data:`catlib.data.CORPORA`: Tiny Shakespeare's
+    "published" and "90/10", the code corpus's "files"); ``models`` the models trained: both, as
     published, or only ``("cat",)`` or ``("base",)``. ``deterministic``: only kernels that
     give the same bits on every run (:func:`~.loop.make_deterministic`); on the CPU the numbers
     are the same either way, on CUDA it decides whether a rerun repeats them bit for bit.
@@ -96,8 +97,8 @@ class TrainConfig:
                 or not 0 <= self.seed <= SEED_MAX:
             raise ValueError(f"seed must be an integer from 0 to {SEED_MAX} (numpy's seed range), "
                              f"got {self.seed!r}")
-        if self.split not in SPLITS:
-            raise ValueError(f"split must be one of {list(SPLITS)}, got {self.split!r}")
+        if self.split not in ALL_SPLITS:
+            raise ValueError(f"split must be one of {list(ALL_SPLITS)}, got {self.split!r}")
         if not self.models or len(set(self.models)) != len(self.models) \
                 or not set(self.models) <= set(MODELS):
             raise ValueError(f"models must be one or both of {list(MODELS)}, without repeats, "
