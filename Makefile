@@ -16,6 +16,9 @@ endif
 export OMP_WAIT_POLICY ?= PASSIVE
 # Device of `make book`: auto (CUDA, then MPS, then CPU), cpu, cuda or mps.
 DEVICE ?= auto
+# Corpus of `make sweep` and `make scale`: tiny (Tiny Shakespeare) or code (the pinned
+# SymPy's source, chapter 12).
+CORPUS ?= tiny
 
 .PHONY: scale sweep venv test test-unit test-book lint unit clean book book-smoke nbval nbval-check nbval-refs browser bench gpu-check test-portable unit-portable
 
@@ -119,17 +122,22 @@ bench: venv
 # results/scale_<device>.partial.json after every finished run and results/scale_<device>.json
 # once complete, which the book reads; stopped and started again, even on another machine
 # with runs/ gone, it reads what its artefact records. `make book` never trains it.
+# `make scale CORPUS=code` (chapter 12): the code corpus's rows at 1x, 2x and 4x on seeds
+# 0-2, at the rates of `make sweep CORPUS=code`, results/scale_code_<device>.json. Each
+# corpus's study also trains the oracle (four ALiBi layers and the Euler CAT on windows of
+# 512) at 1x.
 scale: venv
-	$(PY) -m catlib.book.scale --device $(if $(filter auto,$(DEVICE)),cpu,$(DEVICE))
+	$(PY) -m catlib.book.scale --device $(if $(filter auto,$(DEVICE)),cpu,$(DEVICE)) --corpus $(CORPUS)
 
 # The learning-rate sweep that `make scale` reads (catlib/experiment/sweep.py): every row of
 # the study at 1x, seeds 0 and 1, at 2e-3, 4e-3 and 8e-3 (extended by 2 beyond an edge that wins,
 # at most twice), scored on the dev slice; a row keeps 4e-3 unless another rate wins by a
 # called margin on both seeds. Writes results/lr_sweep_<device>.partial.json after each finished run and
 # replaces results/lr_sweep_<device>.json only when every row is done; stopped and started
-# again, it resumes.
+# again, it resumes. `make sweep CORPUS=code`: the code study's rows on the code corpus's dev
+# files, results/lr_sweep_code_<device>.json.
 sweep: venv
-	$(PY) -m catlib.book.sweep --device $(if $(filter auto,$(DEVICE)),cpu,$(DEVICE))
+	$(PY) -m catlib.book.sweep --device $(if $(filter auto,$(DEVICE)),cpu,$(DEVICE)) --corpus $(CORPUS)
 
 # Everything a GPU run needs, in one go within 10 minutes: correctness against the CPU,
 # a timed training step of every row, the cpu book and as much of the paper profile as fits

@@ -61,7 +61,7 @@ def test_the_write_check_leaves_nothing_behind(tmp_path, monkeypatch):
     from catlib.book.scale import check_args
 
     monkeypatch.chdir(tmp_path)
-    args = argparse.Namespace(profile="smoke", budgets=[1, 2], seeds=None, jobs=None,
+    args = argparse.Namespace(profile="smoke", corpus="tiny", budgets=[1, 2], seeds=None, jobs=None,
                               device="cpu", out="a/b", root="c", sweep=None, recipe_rate=True)
     assert check_args(args)[3] == Path("a/b/scale_smoke_cpu.test.json")   # a test's
     assert list(tmp_path.iterdir()) == []

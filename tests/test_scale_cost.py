@@ -149,7 +149,6 @@ def test_a_killed_study_keeps_its_finished_run_and_its_minutes(tiny_path, book, 
     monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
     two = {r: scale.SCALE_ROWS[r] for r in (scale.ALIBI, scale.EULER)}
     monkeypatch.setattr("catlib.experiment.scale.SCALE_ROWS", two)
-    monkeypatch.setattr("catlib.book.scale.SCALE_ROWS", two)
     monkeypatch.setattr("catlib.book.scale.profile_experiment", lambda profile: _small())
     trained = []
 

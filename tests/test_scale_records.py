@@ -12,6 +12,7 @@ import dataclasses
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from catlib.book import profiles
@@ -93,6 +94,13 @@ def test_a_point_records_its_passes_and_each_windows_context_gain(data, tmp_path
     with one_thread():
         direct = context_gain(model, corpus.val, 64, 32, span_length=64)
     assert points[1]["context_gain"]["gain"][0] == direct["gain"].tolist()   # bit for bit
+    # issue 62: the per-position curves of both readings, binned from 32 to 64
+    bins = points[1]["context_gain"]["bins"]
+    assert bins[0] == 32 and bins[-1] == 64 and bins == sorted(set(bins))
+    for reading in ("full", "sliding"):
+        want = [float(direct[f"{reading}_positions"][a - 32:b - 32].mean())
+                for a, b in zip(bins[:-1], bins[1:])]
+        assert np.allclose(points[1]["context_gain"][f"{reading}_curve"][0], want, rtol=0, atol=1e-12)
     record = out["per_seed"][scale.ALIBI]["0"]["budgets"]["1"]
     assert record["context_gain"]["gain"] == points[1]["context_gain"]["gain"][0]
     assert record["ce"] == {L: ce[0] for L, ce in points[1]["ce"].items()}
@@ -144,7 +152,6 @@ def sessions(tmp_path_factory, tiny_path):
         mp.setenv("CATLIB_DATA", str(tiny_path))
         mp.chdir(folder)
         mp.setattr("catlib.experiment.scale.SCALE_ROWS", two)
-        mp.setattr("catlib.book.scale.SCALE_ROWS", two)
         mp.setitem(scale.PLANS, "cpu", PLAN)
         mp.setattr(scale, "EXTRA_SEEDS", {"cpu": EXTRA, "cuda": {}}, raising=False)
         mp.setattr("catlib.book.scale.profile_experiment", lambda profile: _small())

@@ -59,7 +59,6 @@ def test_make_scale_trains_nothing_that_the_sweep_trained(data, tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     one = {scale.ALIBI: scale.SCALE_ROWS[scale.ALIBI]}
     monkeypatch.setattr("catlib.experiment.scale.SCALE_ROWS", one)
-    monkeypatch.setattr("catlib.book.scale.SCALE_ROWS", one)
     monkeypatch.setattr("catlib.book.scale.profile_experiment", lambda profile: _small())
     sweep_run(tmp_path / "runs" / "lr-sweep-smoke-cpu")
     (tmp_path / "results").mkdir()

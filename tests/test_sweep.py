@@ -300,7 +300,7 @@ def test_the_study_trains_each_row_at_the_sweeps_best_rate(data, tmp_path):
     others = {label: {"rate": 8e-3} for label in scale.SCALE_ROWS if label != scale.ALIBI}
     write({**table, "rows": {**table["rows"], **others}})
 
-    args = argparse.Namespace(profile="smoke", budgets=[1], seeds=[0], jobs=1, device="cpu",
+    args = argparse.Namespace(profile="smoke", corpus="tiny", budgets=[1], seeds=[0], jobs=1, device="cpu",
                               out=str(tmp_path / "results"), root=str(tmp_path), sweep=None,
                               recipe_rate=False)
     *_, rates, source = check_args(args)

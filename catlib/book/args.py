@@ -6,7 +6,10 @@ for their artefact (``--out``) and one for the run directories (``--root``). A b
 raises :class:`ArgsError`, whose message is one line naming the problem and the fix; the
 command prints it and exits 2, having trained and written nothing. The artefact's file
 name (:func:`artefact_name`), where the work in progress is written (:func:`partial_path`)
-and where the sweep's runs are (:func:`sweep_runs`) are the other things both commands agree on.
+and where the sweep's runs are (:func:`sweep_runs`) are the other things both commands agree
+on; each names the corpus where it is not Tiny Shakespeare (``code``: issue 62), so that
+the two corpora's artefacts and runs lie side by side and Tiny Shakespeare's keep their
+names.
 """
 from __future__ import annotations
 
@@ -21,9 +24,11 @@ class ArgsError(ValueError):
     names the fix."""
 
 
-def artefact_name(stem: str, profile: str, kind: str) -> str:
+def artefact_name(stem: str, profile: str, kind: str, corpus: str = "tiny") -> str:
     """``<stem>_<device>.json`` at the cpu profile (the book's), else
-    ``<stem>_<profile>_<device>.json``."""
+    ``<stem>_<profile>_<device>.json``; on a corpus other than "tiny", its name follows the
+    stem: ``lr_sweep_code_cpu.json``, ``scale_code_smoke_cpu.json``."""
+    stem = stem if corpus == "tiny" else f"{stem}_{corpus}"
     return f"{stem}_{kind}.json" if profile == "cpu" else f"{stem}_{profile}_{kind}.json"
 
 
@@ -76,8 +81,11 @@ def partial_path(path: Path) -> Path:
     return path.with_suffix(".partial.json")
 
 
-def sweep_runs(root, profile: str, kind: str) -> Path:
+def sweep_runs(root, profile: str, kind: str, corpus: str = "tiny") -> Path:
     """The folder of the learning-rate sweep's run directories under ``root`` (``--root``),
     where ``python -m catlib.book.sweep`` keeps them: the study copies a run from there rather
-    than train it again (:func:`catlib.experiment.scale.borrow_runs`)."""
-    return Path(root) / f"lr-sweep-{profile}-{kind}"
+    than train it again (:func:`catlib.experiment.scale.borrow_runs`).
+    ``lr-sweep-<profile>-<device>``; on a corpus other than "tiny"
+    ``lr-sweep-<corpus>-<profile>-<device>`` (``lr-sweep-code-cpu-cpu``)."""
+    name = "lr-sweep" if corpus == "tiny" else f"lr-sweep-{corpus}"
+    return Path(root) / f"{name}-{profile}-{kind}"

@@ -22,6 +22,7 @@ artefact, never over it."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -31,8 +32,9 @@ from pathlib import Path
 
 from ..common.provenance import code_fingerprint, commit_of, environment
 from ..data import load_corpus
-from ..experiment.scale import (SCALE_ROWS, extra_seeds_for, plan_for, run_study, swept_rows,
-                                study_identity, with_oracle_rates)
+from ..data import DataError, causal_split, check_corpus
+from ..experiment.scale import (extra_seeds_for, plan_for, run_study, study_identity, study_rows,
+                                swept_rows, with_oracle_rates)
 from ..experiment.sweep import SweepError, chosen_rates, unrated_rows
 from ..runs.files import atomic_write_text
 from ..training.config import SEED_MAX
@@ -48,6 +50,10 @@ def check_args(args) -> tuple:
     source names it), None with ``--recipe_rate``. The output path is
     ``<out>/scale_<device>.json``, or ``scale_<device>.test.json`` with a test option."""
     check_profile(args)
+    try:       # the corpus is read now: another SymPy stops here, in one line
+        load_corpus(split=causal_split(check_corpus(args.corpus)))
+    except DataError as e:
+        raise ArgsError(str(e)) from None
     if args.budgets is not None and any(b < 1 for b in args.budgets):
         raise ArgsError(f"--budgets {' '.join(map(str, args.budgets))}: every budget is a "
                         "multiple of the 1x FLOPs and must be at least 1")
@@ -66,20 +72,28 @@ def check_args(args) -> tuple:
                         f"sweep; drop --sweep {args.sweep} or --recipe_rate")
     device = check_places(args, "scale")
     plan = ({b: tuple(sorted(set(args.seeds or (0, 1, 2)))) for b in sorted(set(args.budgets))}
-            if args.budgets else plan_for(device))
+            if args.budgets else plan_for(device, args.corpus))
     out = Path(args.out)
     rates, source = None, {"from": "recipe"}
     if not args.recipe_rate:
-        sweep = Path(args.sweep or out / artefact_name("lr_sweep", args.profile, device.type))
-        rates, source = sweep_rates(sweep, args.profile, swept_rows())
+        sweep = Path(args.sweep or out / artefact_name("lr_sweep", args.profile, device.type,
+                                                       args.corpus))
+        rates, source = sweep_rates(sweep, args.profile, swept_rows(args.corpus), args.corpus)
         rates = with_oracle_rates(rates)
-    name = artefact_name("scale", args.profile, device.type)
+    name = artefact_name("scale", args.profile, device.type, args.corpus)
     if args.budgets is not None or args.recipe_rate:      # a test: never the book's artefact
         name = name.removesuffix(".json") + ".test.json"
-    return device, plan, profile_experiment(args.profile), out / name, rates, source
+    experiment = dataclasses.replace(profile_experiment(args.profile), corpus=args.corpus)
+    return device, plan, experiment, out / name, rates, source
 
 
-def sweep_rates(path: Path, profile: str, rows) -> tuple[dict, dict]:
+def study_folder(profile: str, kind: str, corpus: str = "tiny") -> str:
+    """The folder of the study's run directories under ``--root``: ``scale-<profile>-<device>``
+    on Tiny Shakespeare, ``scale-<corpus>-<profile>-<device>`` on another corpus."""
+    return f"scale-{profile}-{kind}" if corpus == "tiny" else f"scale-{corpus}-{profile}-{kind}"
+
+
+def sweep_rates(path: Path, profile: str, rows, corpus: str = "tiny") -> tuple[dict, dict]:
     """``({row: rate}, source)`` from the sweep's artefact at ``path`` for each of ``rows``
     (the study's) that has a rate, ``source`` recording where they come from (the artefact,
     its commit, grid and dev slice) and naming the rows whose every rate diverged
@@ -99,7 +113,7 @@ def sweep_rates(path: Path, profile: str, rows) -> tuple[dict, dict]:
         raise ArgsError(f"--sweep {path} was made for the profile {made_for!r}, not "
                         f"{profile!r}; {fix}")
     try:
-        rates = chosen_rates(sweep, rows, f"--sweep {path}")
+        rates = chosen_rates(sweep, rows, f"--sweep {path}", corpus=corpus)
     except SweepError as e:
         raise ArgsError(str(e)) from None
     source = {"from": "sweep", "artefact": str(path), "dev": sweep.get("dev"),
@@ -223,6 +237,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m catlib.book.scale", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
     p.add_argument("--profile", default="cpu", help="the sizes and batches (default: cpu, chapter 10's)")
+    p.add_argument("--corpus", default="tiny",
+                   help="the corpus the rows train on and are scored on: tiny (Tiny "
+                        "Shakespeare, chapter 11's; default) or code (SymPy's source, chapter 12's)")
     p.add_argument("--out", default="results", help="folder of scale_<device>.json")
     p.add_argument("--root", default="runs", help="folder of the run directories")
     p.add_argument("--budgets", type=int, nargs="+",
@@ -243,15 +260,15 @@ def main(argv=None) -> int:
     for label in source.get("unrated", []):
         print(f"[scale] refused: {label!r} has no rate (every rate the sweep tried diverged, "
               f"{source['artefact']}); the study trains the other rows without it", file=sys.stderr)
-    rows = [r for r in SCALE_ROWS if rates is None or r in rates]
+    rows = [r for r in study_rows(args.corpus) if rates is None or r in rates]
     extra = {} if args.budgets is not None else {
-        r: s for r, s in extra_seeds_for(device).items() if r in rows}
-    root = Path(args.root) / f"scale-{args.profile}-{device.type}"
+        r: s for r, s in extra_seeds_for(device, args.corpus).items() if r in rows}
+    root = Path(args.root) / study_folder(args.profile, device.type, args.corpus)
     earlier = earlier_study(path, lambda: {
-        **study_identity(plan, extra, rows, load_corpus(split="90/10").sha256),
+        **study_identity(plan, extra, rows, load_corpus(split=causal_split(args.corpus)).sha256),
         "profile": args.profile, "device": device.type})
     own = Counter((b, tuple(s)) for r in extra.values() for b, s in r.items())   # rows per seed set
-    print(f"scale study: profile {args.profile}, device {device}, budgets "
+    print(f"scale study: corpus {args.corpus}, profile {args.profile}, device {device}, budgets "
           f"{', '.join(f'{b}x (seeds {list(s)})' for b, s in sorted(plan.items()))}"
           f"{''.join(f'; seeds {list(s)} at {b}x for {n} rows' for (b, s), n in sorted(own.items()))}; "
           f"runs in {root}; {'rates from ' + source['artefact'] if rates else 'the recipe rate'}; "
@@ -264,7 +281,8 @@ def main(argv=None) -> int:
         "written_by": "python -m catlib.book.scale " + " ".join(argv or sys.argv[1:])})
     table = run_study(experiment, root=root, device=device, plan=plan, rows=rows, jobs=args.jobs,
                       echo=lambda line: print(line, flush=True), rates=rates, rate_source=source,
-                      on_change=write, runs_from=[sweep_runs(args.root, args.profile, device.type)],
+                      on_change=write,
+                      runs_from=[sweep_runs(args.root, args.profile, device.type, args.corpus)],
                       extra=extra, recorded=earlier)
     write(table)
     print(f"wrote {path} in {table['wall_seconds'] / 60:.1f} min", flush=True)

@@ -2,14 +2,18 @@
 learning rate (:mod:`catlib.experiment.sweep`: 1x, seeds 0 and 1, rates 2e-3, 4e-3 and 8e-3,
 extended by 2 beyond an edge that wins, scored on the dev slice; a row keeps 4e-3 unless
 another rate is lower by a called margin on both seeds), at a profile's sizes on one
-device. The sweep in progress is written beside its artefact after each finished run
-(``results/lr_sweep_<device>.partial.json``); ``results/lr_sweep_<device>.json`` is
-replaced, atomically, only by a complete sweep, so that a rerun keeps the last complete one
-until it has finished. Resumable: run it again and it reuses what it trained. ``make
-scale`` reads each row's rate from it, and the runs themselves as its 1x branches."""
+device, on one corpus (``--corpus``: ``tiny``, the default, or ``code``, the nine rows of
+issue 62 on the SymPy source's dev files; ``make sweep CORPUS=code``). The sweep in
+progress is written beside its artefact after each finished run
+(``results/lr_sweep_<device>.partial.json``; on code ``lr_sweep_code_<device>...``);
+``results/lr_sweep_<device>.json`` is replaced, atomically, only by a complete sweep, so
+that a rerun keeps the last complete one until it has finished. Resumable: run it again and
+it reuses what it trained. ``make scale`` reads each row's rate from it, and the runs
+themselves as its 1x branches."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -17,6 +21,7 @@ from pathlib import Path
 
 from ..common.formatting import md_table
 from ..common.provenance import code_fingerprint, commit_of, environment
+from ..data import DataError, causal_split, check_corpus, load_corpus
 from ..experiment.sweep import DEFAULT_RATE, run_sweep, sweep_complete
 from ..runs import atomic_write_text
 from .args import ArgsError, artefact_name, check_places, check_profile, partial_path, sweep_runs
@@ -25,11 +30,22 @@ from .profiles import experiment as profile_experiment
 
 def check_args(args) -> tuple:
     """``(device, experiment, output path)`` of the parsed ``args``, every one checked
-    before anything trains or is written; a bad one raises :class:`ArgsError`."""
+    before anything trains or is written; a bad one raises :class:`ArgsError`. The
+    experiment is the profile's on ``args.corpus``, whose text is read (and verified) here,
+    so that a corpus that cannot be read (another SymPy, a missing tiny.txt) stops in one
+    line too."""
     check_profile(args)
+    try:
+        corpus = check_corpus(args.corpus)
+    except DataError as e:
+        raise ArgsError(str(e)) from None
     device = check_places(args, "lr_sweep")
-    path = Path(args.out) / artefact_name("lr_sweep", args.profile, device.type)
-    return device, profile_experiment(args.profile), path
+    try:
+        load_corpus(split=causal_split(corpus))
+    except DataError as e:
+        raise ArgsError(str(e)) from None
+    path = Path(args.out) / artefact_name("lr_sweep", args.profile, device.type, corpus)
+    return device, dataclasses.replace(profile_experiment(args.profile), corpus=corpus), path
 
 
 def writer(path: Path, provenance: dict):
@@ -128,6 +144,9 @@ def main(argv=None) -> int:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
     p.add_argument("--profile", default="cpu", help="the sizes and batches (default: cpu, chapter 10's)")
+    p.add_argument("--corpus", default="tiny",
+                   help="the corpus swept on: tiny (Tiny Shakespeare, the default) or code "
+                        "(the pinned SymPy's source; writes lr_sweep_code_<device>.json)")
     p.add_argument("--out", default="results", help="folder of lr_sweep_<device>.json")
     p.add_argument("--root", default="runs", help="folder of the run directories")
     p.add_argument("--jobs", type=int, help="runs trained at once (default: the pool's)")
@@ -137,11 +156,13 @@ def main(argv=None) -> int:
     except ArgsError as e:
         print(f"[sweep] error: {e}", file=sys.stderr)
         return 2
-    root = sweep_runs(args.root, args.profile, device.type)
-    print(f"learning-rate sweep: profile {args.profile}, device {device}; runs in {root}; "
+    root = sweep_runs(args.root, args.profile, device.type, experiment.corpus)
+    print(f"learning-rate sweep: corpus {experiment.corpus}, profile {args.profile}, "
+          f"device {device}; runs in {root}; "
           f"writes {partial_path(path)} after each finished run, {path} once complete",
           flush=True)
     write = writer(path, {**environment(("torch", "numpy"), device), "profile": args.profile,
+                          "corpus": experiment.corpus,
                           "written_by": "python -m catlib.book.sweep " + " ".join(argv or sys.argv[1:]),
                           "code": code_fingerprint()})
     table = run_sweep(experiment, root=root, device=device, jobs=args.jobs, on_change=write,

@@ -5,7 +5,8 @@ What every row of :mod:`catlib.experiment.grid` shares: the model's sizes (a
 the training settings (a :class:`~catlib.training.loop.TrainConfig`, whose ``seed``, ``split``
 and ``models`` each row and seed set), the evaluation (an
 :class:`~catlib.measure.config.EvalConfig`; the longest length is scored per position) and
-the seeds; and the settings of chapter 09's repeated-passage study (:class:`StudyConfig`).
+the seeds; the corpus of its causal rows; and the settings of chapter 09's
+repeated-passage study (:class:`StudyConfig`).
 A notebook receives it as plain papermill parameters, one per field;
 :meth:`ExperimentConfig.from_parameters` reads them back by the fields' names, so no list
 of keys is kept by hand.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..data import check_corpus
 from ..measure.config import EvalConfig
 from ..nn.config import CATConfig
 from ..training.config import TrainConfig
@@ -60,6 +62,12 @@ class ExperimentConfig:
     study: StudyConfig = field(default_factory=StudyConfig)
     seeds: tuple = (0,)
     published_seeds: tuple = (0,)
+    # The corpus the causal rows train on and are scored on (catlib.data.CORPORA): "tiny",
+    # or "code" (issue 62); the published rows keep Tiny Shakespeare's published split.
+    corpus: str = "tiny"
+
+    def __post_init__(self):
+        check_corpus(self.corpus)      # one line naming the corpora
 
     @classmethod
     def from_parameters(cls, params: dict) -> "ExperimentConfig":
@@ -79,7 +87,8 @@ class ExperimentConfig:
                 span_length=max(parts["evaluation"].lengths))
         seeds = tuple(params.get("seeds", (params.get("seed", 0),)))
         return cls(**parts, seeds=seeds, published_seeds=tuple(params.get("published_seeds",
-                                                                          seeds[:1])))
+                                                                          seeds[:1])),
+                   corpus=params.get("corpus", "tiny"))
 
     def shared(self) -> tuple:
         """What two chapters must agree on to share their runs: the model, the training

@@ -21,6 +21,7 @@ from .config import ExperimentConfig
 from .copy_runs import run_copy_gain  # noqa: F401 (chapter 9's copy test, run in the pool)
 from .gain_runs import run_context_gain
 from .ladder import frontier_scoring, ladder_ce, point_steps
+from .scale_records import span_corpus
 from ..measure.extrapolation import position_ce
 from .pool import default_jobs, run_jobs, worker_devices  # noqa: F401 (default_jobs: its earlier home)
 from .progress import reporter
@@ -251,7 +252,8 @@ def _train_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
                                   random_seed=RANDOM_PASSAGES_SEED)
         if spec.get("ladder"):          # chapter 10's frontier points, scored in the pool
             lad = spec["ladder"]
-            held = corpus if corpus is not None else load_corpus(split=tc.split)
+            held = span_corpus(corpus if corpus is not None else load_corpus(split=tc.split),
+                               span, lad.get("span_tiles"))
             for step in lad["steps"]:
                 ladder_ce(run, lad["model"], step, held, lad["lengths"], lad["caps"], spec["device"],
                           span_length=span)

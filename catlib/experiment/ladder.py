@@ -6,6 +6,8 @@ point of a frontier, scored and counted: CE at the frontier's lengths
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import torch
 
@@ -81,6 +83,12 @@ def ladder_ce(run, model_key: str, step: int, corpus, lengths, caps, device=None
                                                  device, span_length=span_length).items()}
 
 
+def text_digest(ids: torch.Tensor) -> str:
+    """SHA-256 (16 hex digits) of the ids ``ids`` (int64 ``[N]``): which text a stored score
+    read (a study may score a span of the validation part, not all of it)."""
+    return hashlib.sha256(ids.contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
 def ladder_scores(run, model_key: str, step: int, corpus, lengths, caps, device=None,
                   split: str = "val", span_length: int | None = None) -> dict:
     """``{length: {"ce", "se", "windows"}}`` of the weights ``run`` kept after ``step`` steps
@@ -99,7 +107,8 @@ def ladder_scores(run, model_key: str, step: int, corpus, lengths, caps, device=
     text = corpus.val if split == "val" else corpus.train[:len(corpus.val)]
     ident = {"weights": weights_digest({model_key: model}),
              "code": code_fingerprint() + code_fingerprint(("experiment.ladder",)),
-             "step": step, "lengths": list(lengths), "windows": list(caps)}
+             "step": step, "lengths": list(lengths), "windows": list(caps),
+             "text": text_digest(text)}
     if span_length is not None:
         ident["span_length"] = span_length
     name = f"ladder-ce-{step}-{model_key}.json" if split == "val" else \

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..data import causal_split, vocab_size
 from ..nn.config import FIXED_STEP_SOLVERS, CATConfig
 from ..nn.kernel_choice import TRAIN_LENGTH_KERNELS
 from ..training.config import TrainConfig
@@ -252,7 +253,8 @@ def chapter_seeds(chapter: str, label: str, params: dict) -> list[int]:
 def row_configs(row: Row, experiment: ExperimentConfig, seed: int) -> tuple[CATConfig, TrainConfig]:
     """The model and training configuration of ``row``'s run for ``seed``: the
     experiment's shared model and training settings with the row's variant, options,
-    split and models (``train_length`` follows ``seq`` for the kernels laid out from it:
+    split and models (a causal row's split and vocabulary: the experiment's corpus's,
+    :func:`catlib.data.causal_split`; ``train_length`` follows ``seq`` for the kernels laid out from it:
     a prior kernel's residual, FIRE's threshold)."""
     options, batches = dict(row.options), {}
     if row.published_dropout:
@@ -268,10 +270,14 @@ def row_configs(row: Row, experiment: ExperimentConfig, seed: int) -> tuple[CATC
         batches = dict(repeat_share=study.study_share, repeat_periods=tuple(study.study_periods))
         if study.study_batch:
             batches["batch"] = study.study_batch
+    split = row.split
+    if row.causal:          # on the experiment's corpus, with its vocabulary
+        split = causal_split(experiment.corpus)
+        options.setdefault("vocab_size", vocab_size(experiment.corpus))
     model = dataclasses.replace(experiment.model, variant=row.variant, **options)
     if row.window_times != 1:
         batches.update(seq=seq, batch=max(1, round(experiment.train.batch / row.window_times)))
-    train = dataclasses.replace(experiment.train, seed=seed, split=row.split,
+    train = dataclasses.replace(experiment.train, seed=seed, split=split,
                                 models=row.trains, **batches)
     if row.causal:
         train = with_recipe(train, experiment.train.train_steps)

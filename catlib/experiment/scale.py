@@ -66,7 +66,8 @@ from .compute import expected_step_flops, matched_budget
 from .grid import _train_job
 from .pool import run_jobs, worker_devices
 from .rows import MATCHED, ROWS, TODAY, Row, row_configs, with_points
-from .scale_records import assemble_rows, complete, run_records, score_run, scoring_of
+from .scale_records import (assemble_rows, complete, run_records, score_run, scoring_of,
+                            span_corpus)
 
 # The rows: chapter 10's rows that decide the equal-compute verdict, each spending the
 # budget its own way, and the CAT kernel with discrete depth of its own (as many Euler
@@ -131,6 +132,11 @@ SCALE_ROWS: dict[str, Row] = {r.label: r for r in (
 BLOCKS_AS = {ALIBI_DEEP: KERPLE, EULER_DEEP: KERPLE}
 SAME_BLOCKS = {CONTROL_DEEP: EULER_DEEP}
 BASELINE_ROWS = (ALIBI, ALIBI_DEEP, ROPE)
+# The rows each corpus's study trains where not every row (issue 62): on code, the
+# baselines, the Euler CAT (one block and deep), the kernel's control and the learned
+# biases of the kernel question, and the oracle.
+CORPUS_ROWS = {"code": (ALIBI, ALIBI_DEEP, ROPE, EULER, EULER_DEEP, CONTROL, BUCKETS,
+                        KERPLE_LOG, FOX, *ORACLES)}
 
 
 # Budgets (multiples of the KERPLE-prior CAT's training FLOPs at the experiment's steps)
@@ -138,8 +144,11 @@ BASELINE_ROWS = (ALIBI, ALIBI_DEEP, ROPE)
 # 1x and 2x only: Tiny Shakespeare's training part carries no more (at 4x a one-layer row
 # makes 10 passes over it, and rows overfit: issue 61, item 6; the budgets beyond move to a
 # larger corpus); on a GPU to 16x.
+# On the code corpus (issue 62: 15 times the text) the CPU goes to 4x, where no row makes
+# a pass over its training files.
 PLANS = {"cpu": {1: (0, 1, 2), 2: (0, 1, 2)},
          "cuda": {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2), 8: (0, 1, 2), 16: (0, 1, 2)}}
+CORPUS_PLANS = {"code": {"cpu": {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2)}, "cuda": PLANS["cuda"]}}
 # The kernel question (issue 61, item 4): is the Euler CAT's kernel ahead of, or the same
 # as, the learned biases in its block, its control and the baselines? Three seeds give an
 # interval of 0.05-0.10 nats; these rows take seeds 3-9 as well at 1x, trained to 1x only.
@@ -148,17 +157,26 @@ KERNEL_QUESTION_SEEDS = tuple(range(3, 10))
 # The seeds some rows take beyond the plan, per device type: ``{row: {budget: seeds}}``.
 EXTRA_SEEDS = {"cpu": {row: {1: KERNEL_QUESTION_SEEDS} for row in KERNEL_QUESTION_ROWS},
                "cuda": {}}
+# The span the study on the code corpus scores (catlib.experiment.scale_records.span_corpus):
+# 21 stretches of the longest length spread over its validation files, as many as Tiny
+# Shakespeare's validation text holds (its 1.7 million characters whole would cost 16
+# times the scoring); Tiny Shakespeare's study scores all of its validation text.
+SPAN_TILES = {"code": 21}
 
 
-def plan_for(device) -> dict[int, tuple]:
-    """``{budget: seeds}`` every row of a device follows (``PLANS``; MPS and others take
-    the CPU's); :func:`extra_seeds_for` adds some rows' own seeds."""
-    return PLANS.get(torch.device(device).type, PLANS["cpu"])
+def plan_for(device, corpus: str = "tiny") -> dict[int, tuple]:
+    """``{budget: seeds}`` every row of a device follows on ``corpus`` (:data:`PLANS`,
+    :data:`CORPUS_PLANS`; MPS and others take the CPU's); :func:`extra_seeds_for` adds
+    some rows' own seeds."""
+    plans = CORPUS_PLANS.get(corpus, PLANS)
+    return plans.get(torch.device(device).type, plans["cpu"])
 
 
-def extra_seeds_for(device) -> dict[str, dict[int, tuple]]:
+def extra_seeds_for(device, corpus: str = "tiny") -> dict[str, dict[int, tuple]]:
     """``{row: {budget: seeds}}``: the seeds a device's rows take beyond its plan
-    (:data:`EXTRA_SEEDS`; MPS and others take the CPU's)."""
+    (:data:`EXTRA_SEEDS`; MPS and others take the CPU's): on Tiny Shakespeare only."""
+    if corpus != "tiny":
+        return {}
     return EXTRA_SEEDS.get(torch.device(device).type, EXTRA_SEEDS["cpu"])
 
 
@@ -172,9 +190,17 @@ def row_plan(plan: dict, extra: dict | None, label: str) -> dict[int, tuple]:
     return {b: tuple(sorted({*plan.get(b, ()), *own.get(b, ())})) for b in budgets}
 
 
-def swept_rows() -> list[str]:
-    """The rows the learning-rate sweep tunes: every row of the study but the oracle's."""
-    return [r for r in SCALE_ROWS if r not in ORACLES]
+def study_rows(corpus: str = "tiny") -> list[str]:
+    """The rows of the study on ``corpus`` (:data:`CORPUS_ROWS`; every row of
+    :data:`SCALE_ROWS` where the corpus names none), in :data:`SCALE_ROWS`' order."""
+    keep = CORPUS_ROWS.get(corpus)
+    return [r for r in SCALE_ROWS if keep is None or r in keep]
+
+
+def swept_rows(corpus: str = "tiny") -> list[str]:
+    """The rows the learning-rate sweep tunes on ``corpus``: the study's rows there
+    (:func:`study_rows`) but the oracle's."""
+    return [r for r in study_rows(corpus) if r not in ORACLES]
 
 
 def with_oracle_rates(rates: dict | None) -> dict | None:
@@ -285,7 +311,8 @@ def study_scoring(experiment) -> dict:
     the rows' training length (``experiment.train.seq``, 128 at ``cpu`` sizes) at the
     longest."""
     lengths, caps = scoring(experiment)
-    return scoring_of(lengths, caps, span_length(experiment), experiment.train.seq)
+    return scoring_of(lengths, caps, span_length(experiment), experiment.train.seq,
+                      SPAN_TILES.get(experiment.corpus))
 
 
 def _job_spec(model, train, root, experiment, ladder_steps, model_key: str) -> dict:
@@ -296,7 +323,8 @@ def _job_spec(model, train, root, experiment, ladder_steps, model_key: str) -> d
     return dict(model=model.to_dict(), train=train.to_dict(), root=str(root), lengths=[train.seq],
                 eval_windows=experiment.evaluation.eval_windows, curve_length=None,
                 curve_windows=None, dropout_on=[], copy=None, span_length=span_length(experiment),
-                ladder=dict(steps=sorted(ladder_steps), lengths=lengths, caps=caps, model=model_key),
+                ladder=dict(steps=sorted(ladder_steps), lengths=lengths, caps=caps, model=model_key,
+                            span_tiles=SPAN_TILES.get(experiment.corpus)),
                 scoring=study_scoring(experiment))
 
 
@@ -314,7 +342,8 @@ def _scale_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
     from ..runs.run import open_run
 
     run = open_run(Path(spec["root"]) / found["name"])
-    corpus = load_corpus(split=run.train_config.split)
+    corpus = span_corpus(load_corpus(split=run.train_config.split), spec["span_length"],
+                         spec["scoring"].get("span_tiles"))
     lad = spec["ladder"]
     if stored:
         try:
@@ -520,7 +549,7 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
     ``on_change(artefact)`` is called after each run trained here (not after one found
     finished or read), with the artefact of the runs finished so far, so that a study
     killed later keeps what it trained (the command writes it)."""
-    from ..data import load_corpus
+    from ..data import causal_split, load_corpus
     from ..runs.run import open_run
 
     start = time.perf_counter()
@@ -529,7 +558,8 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
     taken = recorded_runs(specs, steps, recorded, scored_as, device)
     todo = {key: spec for key, spec in specs.items() if key not in taken}
     borrowed = borrow_runs(todo, device, runs_from)
-    corpus = load_corpus(split="90/10")
+    corpus = span_corpus(load_corpus(split=causal_split(experiment.corpus)),
+                         span_length(experiment), scored_as.get("span_tiles"))
     planned = list(dict.fromkeys(label for label, _ in specs))
     plans = {label: row_plan(plan, extra, label) for label in planned}
     rate = {label: spec["train"]["lr"] for (label, _), spec in specs.items()}

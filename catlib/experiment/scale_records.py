@@ -27,13 +27,19 @@ A record (:func:`run_records`) holds, at its budget:
 """
 from __future__ import annotations
 
+import dataclasses
 
 import numpy as np
+import torch
 
 from ..common.devices import one_thread
 from ..measure.context_gain import context_gain
-from .ladder import ladder_model, ladder_scores, step_train_flops
+from ..measure.evaluate import window_starts
+from .ladder import ladder_model, ladder_scores, step_train_flops, text_digest
 
+# What a point's context gain keeps per seed: per window (the first three) and, where the
+# record has them, per position bin (:func:`position_bins`, ``bins``).
+CURVE_KEYS = ("full", "sliding", "gain", "full_curve", "sliding_curve")
 # Decimals kept of each window's CE in a record (a nat to a millionth).
 WINDOW_DIGITS = 6
 # What a record holds; a record without one of them is not a finished record.
@@ -41,15 +47,34 @@ RECORD_KEYS = ("steps", "train_flops", "seconds", "passes", "ce", "se", "windows
                "train_ce", "context_gain")
 
 
-def scoring_of(lengths, caps, span_length: int | None, train_length: int) -> dict:
+def scoring_of(lengths, caps, span_length: int | None, train_length: int,
+               span_tiles: int | None = None) -> dict:
     """What every record is scored on, as the artefact keeps it: ``{"lengths", "caps",
     "span_length", "train_ce_length", "gain": {"length", "train_length", "stride"}}``
-    (``train_length``: the rows' training length T; the gain's stride T // 8). Records of
-    another scoring are not read (:func:`catlib.experiment.scale.recorded_runs`)."""
-    return {"lengths": [int(L) for L in lengths], "caps": [int(c) for c in caps],
-            "span_length": span_length, "train_ce_length": int(lengths[0]),
-            "gain": {"length": int(max(lengths)), "train_length": int(train_length),
-                     "stride": max(1, int(train_length) // 8)}}
+    (``train_length``: the rows' training length T; the gain's stride T // 8), and
+    ``"span_tiles"`` where the span is that many stretches of the validation part
+    (:func:`span_corpus`; absent: all of it). Records of another scoring are not read
+    (:func:`catlib.experiment.scale.recorded_runs`)."""
+    out = {"lengths": [int(L) for L in lengths], "caps": [int(c) for c in caps],
+           "span_length": span_length, "train_ce_length": int(lengths[0]),
+           "gain": {"length": int(max(lengths)), "train_length": int(train_length),
+                    "stride": max(1, int(train_length) // 8)}}
+    return out if span_tiles is None else {**out, "span_tiles": int(span_tiles)}
+
+
+def span_corpus(corpus, span_length: int | None, tiles: int | None):
+    """``corpus`` with its validation part cut to the span a study scores: ``tiles``
+    stretches of ``span_length`` ids spread evenly over it (first and last included), read
+    back to back as files are, and one stretch more after them (the book's protocol keeps
+    a whole stretch for the last window's next id,
+    :func:`~catlib.measure.evaluate.text_span`); ``corpus`` itself where ``tiles`` is None
+    (every window of the whole validation part: Tiny Shakespeare's, 21 stretches of 5000)."""
+    if tiles is None:
+        return corpus
+    starts = window_starts(len(corpus.val), span_length, tiles + 1, span_length).tolist()
+    val = torch.cat([corpus.val[s:s + span_length] for s in starts]
+                    + [corpus.val[starts[-1] + span_length:][:1]])
+    return dataclasses.replace(corpus, val=val)
 
 
 def passes(steps: int, batch: int, seq: int, train_characters: int) -> float:
@@ -72,14 +97,31 @@ def point_context_gain(run, model_key: str, step: int, corpus, gain: dict,
     model = ladder_model(run, step, model_key, device or "cpu")
     ident = {"weights": weights_digest({model_key: model}),
              "code": code_fingerprint() + code_fingerprint(("measure.context_gain",)),
-             "step": step, **gain, "span_length": span_length}
+             "step": step, **gain, "span_length": span_length, "text": text_digest(corpus.val)}
 
     def measure() -> dict:
         found = context_gain(model, corpus.val, gain["length"], gain["train_length"],
                              gain["stride"], span_length=span_length, device=device)
+        edges = position_bins(gain["train_length"], gain["length"])
+        curve = lambda at: [float(at[a:b].mean()) for a, b in zip(  # noqa: E731
+            np.subtract(edges[:-1], gain["train_length"]), np.subtract(edges[1:], gain["train_length"]))]
         return {**{k: found[k] for k in ("length", "train_length", "stride", "windows")},
-                **{k: found[k].tolist() for k in ("full", "sliding", "gain")}}
+                **{k: found[k].tolist() for k in ("full", "sliding", "gain")},
+                "bins": edges, "full_curve": curve(found["full_positions"]),
+                "sliding_curve": curve(found["sliding_positions"])}
     return stored_with_run(run, f"context-gain-{step}-{model_key}.json", ident, measure)
+
+
+# Bins of the per-position curves a record keeps (log-spaced from the training length to
+# the longest: the far positions are many and change slowly).
+CURVE_BINS = 24
+
+
+def position_bins(train_length: int, length: int) -> list[int]:
+    """Edges of the position bins of a record's curves, from ``train_length`` to ``length``
+    (positions ``edges[i] <= p < edges[i + 1]``), log-spaced, distinct."""
+    edges = np.unique(np.geomspace(train_length, length, CURVE_BINS + 1).round().astype(int))
+    return [int(e) for e in edges]
 
 
 def run_records(run, model_key: str, steps: dict, corpus, scoring: dict, device=None) -> dict:
@@ -135,7 +177,8 @@ def assemble_point(budget: int, seeds, records) -> dict:
     "seconds"`` (the mean over the seeds), ``"ce", "se", "train_ce": {"<length>": [per
     seed]}, "windows": {"<length>": n}, "window_ce": {"<length>": [each window's CE, the
     mean over the seeds]}, "context_gain": {"length", "train_length", "stride", "windows",
-    "full", "sliding", "gain": [per seed: [per window]]}}``."""
+    "full", "sliding", "gain": [per seed: [per window]], and where the records have them
+    "bins" and "full_curve", "sliding_curve": [per seed: [per position bin]]}}``."""
     first = records[0]
     per_seed = lambda key: {L: [r[key][L] for r in records] for L in first[key]}  # noqa: E731
     gain = first["context_gain"]
@@ -149,9 +192,10 @@ def assemble_point(budget: int, seeds, records) -> dict:
             # between two points of the same seeds (the mean of differences is linear)
             "window_ce": {L: np.round(np.mean([r["window_ce"][L] for r in records], 0),
                                       WINDOW_DIGITS).tolist() for L in first["window_ce"]},
-            "context_gain": {**{k: gain[k] for k in ("length", "train_length", "stride", "windows")},
+            "context_gain": {**{k: gain[k] for k in ("length", "train_length", "stride", "windows",
+                                                     "bins") if k in gain},
                              **{k: [r["context_gain"][k] for r in records]
-                                for k in ("full", "sliding", "gain")}}}
+                                for k in CURVE_KEYS if k in gain}}}
 
 
 def assemble_rows(per_seed: dict, plans: dict, order) -> dict:

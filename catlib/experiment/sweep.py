@@ -1,6 +1,8 @@
 """Each row of the scale study at its own learning rate, chosen on the dev slice.
 
-The sweep trains every row of :func:`catlib.experiment.scale.swept_rows` at the 1x budget
+The sweep trains every row of :func:`catlib.experiment.scale.swept_rows` on the
+experiment's corpus (``experiment.corpus``: Tiny Shakespeare's rows on "tiny", the nine
+rows of issue 62 on "code") at the 1x budget
 (:data:`BUDGET`) on each seed of :data:`SWEEP_SEEDS` (0 and 1; the study's configurations,
 :func:`~catlib.experiment.scale.scale_configs`) at each rate of :data:`RATES`, the book's
 recipe otherwise unchanged (its warm-up and decay shares are shares of the steps, so they
@@ -22,12 +24,14 @@ of those tried (an edge that wins by this rule), the grid is extended on that si
 diverged on a seed is never chosen; a row whose every rate did has no rate and extends
 nothing (:func:`unrated_rows`: the study names it and refuses it).
 
-Each run is scored on the dev slice only (``Corpus.dev``: trained on by no run and read by
-no reported CE): every non-overlapping window of the training length (:func:`dev_ce`,
-stored with the run). The validation split is never read: the runs are trained without
-their usual evaluation. The artefact records the slice (:func:`dev_definition`), and the
-study reads no artefact whose slice is not today's (:func:`check_dev`): its rates were
-chosen on other characters, which may now be trained on.
+Each run is scored on the dev slice only (``corpus.dev``: trained on by no run and read by
+no reported CE; on Tiny Shakespeare the corpus' first 50,000 characters, on the code corpus
+its dev files, whole source files held out of the training part): every non-overlapping
+window of the training length (:func:`dev_ce`, stored with the run). The validation split
+is never read: the runs are trained without their usual evaluation. The artefact records
+its corpus and the slice (:func:`dev_definition`), and the study reads no artefact whose
+slice is not today's (:func:`check_dev`): its rates were chosen on other characters, which
+may now be trained on.
 
 The runs train in the experiment's pool (:func:`catlib.experiment.pool.run_jobs`, whose
 progress line counts the round's runs and gives the time left), the grid's rates of every
@@ -37,8 +41,9 @@ so the config hash, of the study's run of its row at its seed and the 1x budget 
 (the study's 1x branch of that seed's run); every seed's runs are kept under the sweep's
 one root, named ``<variant>-<config hash[:8]>`` as any run (:func:`sweep_spec` opens it),
 where the study finds them (:func:`catlib.experiment.scale.borrow_runs`).
-``python -m catlib.book.sweep`` (``make sweep``) writes ``results/lr_sweep_<device>.json``;
-the study reads each row's rate from it (:func:`chosen_rates`).
+``python -m catlib.book.sweep`` (``make sweep``) writes ``results/lr_sweep_<device>.json``
+(``make sweep CORPUS=code``: ``results/lr_sweep_code_<device>.json``); the study reads each
+row's rate from it (:func:`chosen_rates`).
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ import time
 import torch
 
 from ..common.verdicts import t_quantile
-from ..data import CORPUS_CHARS, SPLITS, split_parts
+from ..data import ALL_SPLITS, CORPUS_CHARS, SPLITS, corpus_of, split_parts
 from ..measure.evaluate import window_se
 from ..nn.config import CATConfig
 from ..runs import (NotStored, TrainingFailed, stored_only, stored_with_run, train_run,
@@ -182,11 +187,27 @@ def runs_to_do(found: dict, grid=RATES, factor: float = FACTOR, cap: int = MAX_E
     return [] if nxt is None else [(nxt, s) for s in seeds if s not in found.get(nxt, {})]
 
 
+def sweep_command(corpus: str = "tiny") -> str:
+    """The command that makes the sweep's artefact on ``corpus``: ``make sweep``, or
+    ``make sweep CORPUS=code``."""
+    return "make sweep" if corpus == "tiny" else f"make sweep CORPUS={corpus}"
+
+
 def current_dev(split: str = "90/10", length: int | None = None) -> dict:
-    """Today's dev slice of ``split`` as :func:`dev_definition` records it, without loading
-    the corpus (its length is fixed by its checksum, :data:`~catlib.data.CORPUS_CHARS`):
-    ``{"split", "start", "chars"}``, and ``"length"`` where given. :class:`SweepError`
-    where ``split`` has no dev slice."""
+    """Today's dev slice of ``split`` as :func:`dev_definition` records it, and
+    ``"length"`` where given. Tiny Shakespeare's without loading the corpus (its length is
+    fixed by its checksum, :data:`~catlib.data.CORPUS_CHARS`): ``{"split", "start",
+    "chars"}``; the code corpus's ("files") from the corpus, read once per process:
+    ``{"split", "files", "chars"}``. :class:`SweepError` where ``split`` has no dev slice
+    or the corpus cannot be read (another SymPy: its one line, naming the fix)."""
+    if split in ALL_SPLITS and corpus_of(split) == "code":
+        from ..data import DataError, load_corpus
+
+        try:
+            corpus = load_corpus(split=split)
+        except DataError as e:
+            raise SweepError(str(e)) from None
+        return {**_files_dev(corpus), **({} if length is None else {"length": length})}
     parts = split_parts(CORPUS_CHARS, split) if split in SPLITS else {}
     if parts.get("dev") is None:
         raise SweepError(f"the split {split!r} has no dev slice (the sweep's is 90/10's); "
@@ -199,8 +220,8 @@ def current_dev(split: str = "90/10", length: int | None = None) -> dict:
 def check_dev(sweep: dict, where: str = "the sweep's artefact", length: int | None = None) -> None:
     """:class:`SweepError`, one line naming ``make sweep``, where the dev slice a sweep's
     artefact records (``sweep["dev"]``, :func:`dev_definition`) is not today's
-    (:func:`current_dev`): another split, start or size, or, where ``length`` is given,
-    windows of another length. Its rates were chosen on other characters (the slice moved
+    (:func:`current_dev`): another split, start, files or size, or, where ``length`` is
+    given, windows of another length. Its rates were chosen on other characters (the slice moved
     from the training part's end to the corpus' opening in issue 61), which the study's runs
     may now train on. An artefact that records no slice (none that :func:`run_sweep`
     writes) is not checked."""
@@ -208,21 +229,55 @@ def check_dev(sweep: dict, where: str = "the sweep's artefact", length: int | No
     if recorded is None:
         return
     if not isinstance(recorded, dict):
-        raise SweepError(f"{where} records no readable dev slice ({recorded!r}); run `make sweep`")
+        raise SweepError(f"{where} records no readable dev slice ({recorded!r}); run "
+                         f"`{sweep_command(swept_corpus(sweep))}`")
     now = current_dev(recorded.get("split", "90/10"), length)
     moved = [f"{k} {recorded.get(k)!r}, now {v!r}" for k, v in now.items() if recorded.get(k) != v]
     if moved:
         raise SweepError(f"{where} was swept on another dev slice ({'; '.join(moved)}): its "
-                         "rates were chosen on other characters; run `make sweep`")
+                         "rates were chosen on other characters; run "
+                         f"`{sweep_command(swept_corpus(sweep))}`")
+
+
+def swept_corpus(sweep: dict) -> str:
+    """The corpus a sweep's artefact was swept on: the one it records (``"corpus"``), else
+    its dev slice's split's (an artefact made before the code corpus: "tiny")."""
+    if sweep.get("corpus"):
+        return sweep["corpus"]
+    dev = sweep.get("dev")
+    split = dev.get("split") if isinstance(dev, dict) else None
+    return corpus_of(split) if split in ALL_SPLITS else "tiny"
+
+
+def check_corpus_of(sweep: dict, corpus: str, where: str = "the sweep's artefact") -> None:
+    """:class:`SweepError`, one line naming the command, where a sweep's artefact was swept
+    on another corpus than ``corpus`` (:func:`swept_corpus`): its rates are another text's."""
+    found = swept_corpus(sweep)
+    if found != corpus:
+        raise SweepError(f"{where} was swept on the corpus {found!r}, not {corpus!r}: its "
+                         f"rates are another text's; run `{sweep_command(corpus)}`")
+
+
+def _files_dev(corpus) -> dict:
+    """The code corpus's dev slice (a :class:`~catlib.code_corpus.CodeCorpus`): its split,
+    its dev files' paths in the text's order and their characters (``len(corpus.dev)``)."""
+    return {"split": corpus.split, "files": [f.path for f in corpus.files["dev"]],
+            "chars": len(corpus.dev)}
 
 
 def dev_definition(corpus, length: int) -> dict:
-    """The dev slice as the artefacts record it: its split, where it starts among the
-    corpus' ids, its characters, and the windows a run is scored on (every non-overlapping
-    window of ``length``, each with the id after it, as the published protocol)."""
+    """The dev slice as the artefacts record it: its split, where it lies (Tiny
+    Shakespeare's: where it starts among the corpus' ids; the code corpus's: its dev
+    files' paths), its characters, and the windows a run is scored on (every
+    non-overlapping window of ``length`` of ``corpus.dev``, each with the id after it, as
+    the published protocol)."""
     if corpus.dev is None:
         raise ValueError(f"the {corpus.split!r} split has no dev slice; use the 90/10 split")
     n = (len(corpus.dev) - length - 1) // length
+    if corpus_of(corpus.split) == "code":      # its dev files
+        return {**_files_dev(corpus), "length": length, "windows": n,
+                "what": "the dev files: whole source files held out of the training part, "
+                        "trained on by no run, read by no reported CE"}
     start, stop = split_parts(len(corpus.ids), corpus.split)["dev"]
     return {"split": corpus.split, "start": start, "chars": stop - start,
             "length": length, "windows": n,
@@ -243,7 +298,7 @@ def dev_ce(run, model_key: str, corpus, length: int, device=None) -> dict:
     model = run.load_weights(device or "cpu")[0][model_key]
     ident = {"weights": weights_digest({model_key: model}), "code": code_fingerprint(),
              "scores": ["ce", "se", "windows", "window_ce"],
-             **{k: where[k] for k in ("split", "start", "chars", "length", "windows")}}
+             **{k: v for k, v in where.items() if k != "what"}}
 
     def score():
         found = cross_entropy(model, corpus.dev, length, eval_windows=where["windows"],
@@ -365,24 +420,25 @@ def run_sweep(experiment, *, root, device, rows=None, jobs: int | None = None, e
               progress_every: float = 30.0, on_change=None, grid=RATES,
               factor: float = FACTOR, cap: int = MAX_EXTENSIONS, seeds=SWEEP_SEEDS) -> dict:
     """Train (or resume, or reuse) every run of the sweep and return its artefact:
-    ``{"grid", "default_rate", "rule", "factor", "max_extensions", "seeds", "budget",
-    "recipe", "dev", "rows": sweep_table(...), "wall_seconds"}``, ``rows`` holding every
+    ``{"corpus", "grid", "default_rate", "rule", "factor", "max_extensions", "seeds",
+    "budget", "recipe", "dev", "rows": sweep_table(...), "wall_seconds"}``, ``rows`` holding every
     row of ``rows`` from the first call on. The runs go to the pool in rounds: the grid's
     rates of every row on every seed of ``seeds``, then each row's extension on every seed
     (:func:`runs_to_do`), each round with its own progress line and time left.
     ``on_change(artefact)`` is called after each finished run, so that a cut sweep keeps
-    what it measured (the command writes it)."""
+    what it measured (the command writes it). The rows default to the experiment's
+    corpus's (:func:`~catlib.experiment.scale.swept_rows`), each trained and scored on it."""
     from ..data import load_corpus
 
     if DEFAULT_RATE not in grid:
         raise ValueError(f"the grid {list(grid)} must hold the recipe's rate {DEFAULT_RATE:g}")
     start = time.perf_counter()
-    rows = list(rows or swept_rows())
+    rows = list(rows or swept_rows(experiment.corpus))
     seeds = tuple(seeds)
     measured: dict = {label: {} for label in rows}
     steps = {label: sweep_spec(label, experiment, grid[0], root)["steps"] for label in rows}
     _, tc, _ = scale_configs(rows[0], experiment, seeds[0], [BUDGET])
-    head = {"grid": list(grid), "default_rate": DEFAULT_RATE, "rule": RULE, "factor": factor,
+    head = {"corpus": experiment.corpus, "grid": list(grid), "default_rate": DEFAULT_RATE, "rule": RULE, "factor": factor,
             "max_extensions": cap, "seeds": list(seeds), "budget": BUDGET,
             "recipe": {"schedule": tc.schedule, "warmup": tc.warmup,
                        "decay_share": tc.decay_share, "penalty_horizon": tc.penalty_horizon},
@@ -422,13 +478,18 @@ def run_sweep(experiment, *, root, device, rows=None, jobs: int | None = None, e
             measured[label].setdefault(rate, {})[seed] = result
 
 
-def _row_states(sweep: dict, rows, where: str, length: int | None) -> dict:
+def _row_states(sweep: dict, rows, where: str, length: int | None,
+                corpus: str | None = None) -> dict:
     """``{row: its entry}`` of a sweep's artefact for each of ``rows``; :class:`SweepError`
-    naming ``make sweep`` where the artefact was chosen by another rule, on another dev
-    slice (:func:`check_dev`), lacks a row or has not finished it."""
-    fix = "run `make sweep` (it resumes), or train at the recipe's single rate with --recipe_rate"
+    naming ``make sweep`` where the artefact was chosen by another rule, on another corpus
+    than ``corpus`` (where given, :func:`check_corpus_of`), on another dev slice
+    (:func:`check_dev`), lacks a row or has not finished it."""
+    command = sweep_command(corpus or swept_corpus(sweep))
+    fix = f"run `{command}` (it resumes), or train at the recipe's single rate with --recipe_rate"
     if sweep.get("rule") != RULE:
         raise SweepError(f"{where} was not made by the sweep's rule ({RULE}); {fix}")
+    if corpus is not None:
+        check_corpus_of(sweep, corpus, where)
     check_dev(sweep, where, length)
     found = sweep.get("rows", {})
     for label in rows:
@@ -440,15 +501,15 @@ def _row_states(sweep: dict, rows, where: str, length: int | None) -> dict:
 
 
 def chosen_rates(sweep: dict, rows, where: str = "the sweep's artefact",
-                 length: int | None = None) -> dict:
+                 length: int | None = None, corpus: str | None = None) -> dict:
     """``{row: rate}`` for each of ``rows`` that has a rate in a sweep's artefact
     (:func:`run_sweep`): a row whose every rate diverged is left out (:func:`unrated_rows`
     names it); :class:`SweepError` naming ``make sweep`` where a row is missing or not
     finished, the artefact was made by another rule, or on another dev slice than today's
     (:func:`check_dev`; ``length``: the study's training length, where its windows are to
-    be checked too)."""
+    be checked too), or, where ``corpus`` is given, on another corpus (:func:`check_corpus_of`)."""
     return {label: float(row["rate"])
-            for label, row in _row_states(sweep, rows, where, length).items()
+            for label, row in _row_states(sweep, rows, where, length, corpus).items()
             if row["rate"] is not None}
 
 
