@@ -93,3 +93,26 @@ def tiny_path() -> Path:
 def corpus(tiny_path):
     from catlib.data import load_corpus
     return load_corpus(tiny_path)
+
+
+@pytest.fixture
+def sampler_spy(monkeypatch):
+    """What ``train_run`` hands the batch sampler it builds: ``(handed, drawn)``, the ids
+    each sampler is given and each batch's window starts it draws (the training loop's
+    ``BatchSampler`` replaced by a subclass that records them)."""
+    from catlib.data import BatchSampler
+    from catlib.training import loop
+
+    handed, drawn = [], []
+
+    class Spy(BatchSampler):
+        def __init__(self, data, *args, **kwargs):
+            handed.append(data)
+            super().__init__(data, *args, **kwargs)
+
+        def starts(self):
+            drawn.append(out := super().starts())
+            return out
+
+    monkeypatch.setattr(loop, "BatchSampler", Spy)
+    return handed, drawn

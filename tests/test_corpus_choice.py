@@ -62,27 +62,19 @@ def test_an_unknown_corpus_is_one_line_naming_the_fix():
         assert "--corpus tiny" in message and "--corpus code" in message
 
 
-def test_a_run_on_the_code_corpus_trains_on_no_validation_or_dev_file(tmp_path, monkeypatch):
+def test_a_run_on_the_code_corpus_trains_on_no_validation_or_dev_file(tmp_path, monkeypatch,
+                                                                     sampler_spy):
     # Reads what train_run hands the sampler, the validation during training and the
     # evaluation (tests/test_protocol.py's way): the training files' ids, and only they,
     # are drawn from; every reported CE reads the validation files.
-    from catlib.data import BatchSampler
     from catlib.nn.config import CATConfig
     from catlib.runs import evaluation, train_run
     from catlib.runs import training as run_training
     from catlib.training import loop
     from catlib.training.loop import TrainConfig
 
-    handed, drawn, validated, scored = [], [], [], []
-
-    class Spy(BatchSampler):
-        def __init__(self, data, *args, **kwargs):
-            handed.append(data)
-            super().__init__(data, *args, **kwargs)
-
-        def starts(self):
-            drawn.append(out := super().starts())
-            return out
+    handed, drawn = sampler_spy
+    validated, scored = [], []
 
     def train_loop(trainer, *, val_ids=None, **kwargs):
         validated.append(val_ids)
@@ -93,7 +85,6 @@ def test_a_run_on_the_code_corpus_trains_on_no_validation_or_dev_file(tmp_path, 
         return table(cat, base, val, *args, **kwargs)
 
     table = evaluation.context_table
-    monkeypatch.setattr(loop, "BatchSampler", Spy)
     monkeypatch.setattr(run_training, "train_loop", train_loop)
     monkeypatch.setattr(evaluation, "context_table", context_table)
     model = CATConfig(vocab_size=131, variant="causal", d_model=16, n_heads=2, n_freq=4,

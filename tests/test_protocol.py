@@ -150,30 +150,18 @@ def _stretch(part, ids) -> tuple[int, int]:
 
 
 def test_no_run_trains_on_the_dev_slice_and_no_reported_ce_reads_it(tiny_path, tmp_path,
-                                                                    monkeypatch):
+                                                                    sampler_spy):
     # Issue 60, item 4: reads what train_run hands the trainer. Every batch of a run is drawn
     # by its sampler from the ids it is given, so each id it can draw lies in that stretch
     # of the corpus, which must miss the dev slice and the validation split. (A test of
     # BatchSampler(corpus.train) alone passed with train_run training on every id before
     # the validation split, the dev slice included.)
-    from catlib.data import BatchSampler, load_corpus
+    from catlib.data import load_corpus
     from catlib.nn.config import CATConfig
     from catlib.runs import train_run
-    from catlib.training import loop
     from catlib.training.loop import TrainConfig
 
-    handed, drawn = [], []
-
-    class Spy(BatchSampler):
-        def __init__(self, data, *args, **kwargs):
-            handed.append(data)
-            super().__init__(data, *args, **kwargs)
-
-        def starts(self):
-            drawn.append(out := super().starts())
-            return out
-
-    monkeypatch.setattr(loop, "BatchSampler", Spy)
+    handed, drawn = sampler_spy
     model = CATConfig(variant="causal", d_model=16, n_heads=2, n_freq=4, solver="euler",
                       solver_steps=1, dropout=0.0)
     train_run(model, TrainConfig(train_steps=2, batch=2, seq=16, split="90/10", models=("cat",),
