@@ -57,6 +57,7 @@ VALID = {
                               copy_passages=1)],
     "10_equal_compute": [dict(seeds=[5], train_steps=16, n_heads=4, lengths=[32, 40])],
     "11_scale": [dict(figure_dir="")],
+    "12_code": [dict(figure_dir="")],
 }
 
 # One invalid parameter per notebook, and a word its one-line error must contain.
@@ -72,6 +73,7 @@ INVALID = {
     "09_using_context": (dict(study_periods=[8, 400]), "study_periods"),
     "10_equal_compute": (dict(dial_windows=0), "dial_windows"),
     "11_scale": (dict(device="tpu"), "device"),
+    "12_code": (dict(device="tpu"), "device"),
 }
 
 

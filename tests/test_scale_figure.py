@@ -12,9 +12,10 @@ import pytest
 
 from catlib.book.scale_readings import load_studies, name
 from catlib.common.verdicts import MARGIN
-from catlib.experiment.scale import ALIBI, BUCKETS, CONTROL, FOX, KERPLE_LOG, ROPE
+from catlib.experiment.scale import (ALIBI, BUCKETS, CONTROL, FOX, KERNEL_QUESTION_ROWS, KERPLE_LOG,
+                                     ROPE)
 
-from scale_new_schema import new_study
+from scale_new_schema import new_study, old_study
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,10 +117,17 @@ def test_a_row_missing_from_the_artefact_is_left_out_and_said():
 
 
 def test_caption_says_the_seeds_the_margin_and_what_is_missing():
+    """The caption names the seeds the seven rows share at 1×: the committed study's (read
+    here from its points), ten in the new schema, three in an artefact from before issue 61."""
     from catlib.book import scale_figure as sf
 
-    assert "on seeds 0-2, the seeds all 7 rows share" in sf.caption(_committed())
+    committed = _committed()
+    shared = set.intersection(*(set(p["seeds"]) for r in KERNEL_QUESTION_ROWS
+                                for p in committed["rows"][r]["points"] if p["budget"] == 1))
+    assert sorted(shared) == list(range(10))
+    assert "Read at 1× on seeds 0-9, the seeds all 7 rows share." in sf.caption(committed)
     assert "on seeds 0-9, the seeds all 7 rows share" in sf.caption(new_study())
+    assert "on seeds 0-2, the seeds all 7 rows share" in sf.caption(old_study())
     assert f"±{MARGIN:g} nats" in sf.caption(new_study())
     assert "Not in this artefact" not in sf.caption(new_study())
     assert sf.caption(None).startswith("No scale study")

@@ -2,21 +2,28 @@
 from the committed artefacts in ``results/`` and from small studies whose answers are known:
 "lowest" joins budgets only where the same row leads at each length; a comparison that is
 not called is never said to be "the same"; and the page says where its 1× point is not
-chapter 10's, and why."""
+chapter 10's, and why. What the committed study should say is worked out here from its
+points; the schema before issue 61 is tests/scale_new_schema.py's ``old_study``."""
 from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 import catlib
 from catlib.book import scale_study as ss
 from catlib.common.verdicts import prose_problems
 from catlib.experiment.scale import (ALIBI, ALIBI_DEEP, BUCKETS, EULER, EULER_DEEP, KERPLE_LOG,
-                                     KERPLE_ODE, ROPE, SCALE_ROWS)
+                                     KERPLE_ODE, KERNEL_QUESTION_ROWS, ORACLES, ROPE, SCALE_ROWS)
+from catlib.experiment.scale_records import WINDOW_DIGITS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from scale_new_schema import old_study  # noqa: E402
 
 # The checkout whose code runs (its results/ and notebooks/ go with it).
 ROOT = Path(catlib.__file__).resolve().parents[1]
@@ -31,6 +38,25 @@ def committed() -> dict:
     if study is None:
         pytest.skip("results/scale_cpu.json is not in this checkout")
     return study
+
+
+def _points(study: dict, budget: int) -> dict:
+    """``{row: its point at budget}``, the oracle's rows left out (they are no rivals)."""
+    return {r: p for r, t in study["rows"].items() if r not in ORACLES
+            for p in t["points"] if p["budget"] == budget}
+
+
+def _ce(p: dict, length: str, seeds) -> np.ndarray:
+    return np.array([p["ce"][length][p["seeds"].index(s)] for s in seeds])
+
+
+def _lowest_by_hand(raw: dict, budget: int) -> tuple[list[int], list[str]]:
+    """The seeds every row shares at ``budget`` and the row of least mean CE over them at
+    each length, from the artefact as written."""
+    points = _points(raw, budget)
+    seeds = sorted(set.intersection(*(set(p["seeds"]) for p in points.values())))
+    ls = sorted(next(iter(points.values()))["ce"], key=int)
+    return seeds, [min(points, key=lambda r: _ce(points[r], L, seeds).mean()) for L in ls]
 
 
 def _study(ce: dict, plan: dict, lengths=("128", "512", "5000")) -> dict:
@@ -56,16 +82,24 @@ def _grouped_budgets(text: str) -> list[list[int]]:
 # Item 8: "lowest" groups budgets by the rows that lead.
 
 def test_the_committed_study_says_apart_budgets_whose_rows_lead_apart(committed):
-    """At 2× the deep Euler CAT is lowest beyond 128, at 1× the Euler CAT: the two budgets
-    read "At 1× and 2× (3 seeds) ... the Euler CAT at 512, 1024 and 5000" on 364f0a7."""
+    """364f0a7 read "At 1× and 2× (3 seeds) ... the Euler CAT at 512, 1024 and 5000" where
+    the rows that lead differed. In the committed study (worked out from its points on the
+    seeds all rows share) one row is lowest at every length at 1×, and at 2× another row is
+    lowest at 128 than beyond: the two budgets are said apart, each with its own rows."""
+    raw = json.loads((ROOT / "results" / "scale_cpu.json").read_text())
+    (seeds1, first1), (seeds2, first2) = (_lowest_by_hand(raw, b) for b in (1, 2))
+    assert seeds1 == seeds2 == [0, 1, 2]
+    assert len(set(first1)) == 1 and first2[0] != first2[1] and len(set(first2[1:])) == 1
     text = ss.lowest_over_budgets(committed)
-    for group in _grouped_budgets(text):
-        firsts = {tuple(ss.lowest(committed, b)["firsts"]) for b in group}
-        assert len(firsts) == 1, (group, firsts, text)
+    for study, said in ((committed, text), (old_study(), ss.lowest_over_budgets(old_study()))):
+        for group in _grouped_budgets(said):
+            firsts = {tuple(ss.lowest(study, b)["firsts"]) for b in group}
+            assert len(firsts) == 1, (group, firsts, said)
     assert "At 1× and 2×" not in text
+    assert text.startswith(f"At 1× (3 seeds), the {ss.name(first1[0])} is lowest at every length")
     at2 = text[text.index("At 2×"):]
-    assert at2.startswith("At 2×, no row is lowest at every length: the RoPE baseline at 128; "
-                          "the deep Euler CAT at 512, 1024 and 5000")
+    assert at2.startswith(f"At 2×, no row is lowest at every length: the {ss.name(first2[0])} "
+                          f"at 128; the {ss.name(first2[1])} at 512, 1024 and 5000")
     assert not prose_problems(text, LABELS)
 
 
@@ -109,16 +143,44 @@ def _said_alike_with_a_margin(text: str) -> None:
     assert set(re.findall(r"the same within (\d+(?:\.\d+)?)", text)) <= {"0.02"}
 
 
+def _hand_interval(diff: np.ndarray, a: np.ndarray, b: np.ndarray, level: float):
+    """Mean and half-width of ``diff`` [seeds] at ``level``: the seeds' t interval and the
+    windows' (``a``, ``b``: each window's CE, the mean over those seeds), combined."""
+    n, w = len(diff), np.asarray(a) - np.asarray(b)
+    q = lambda df: stats.t.ppf(0.5 + level / 2, df)  # noqa: E731
+    return diff.mean(), np.hypot(q(n - 1) * diff.std(ddof=1) / np.sqrt(n),
+                                 q(len(w) - 1) * w.std(ddof=1) / np.sqrt(len(w)))
+
+
 def test_the_committed_study_never_says_a_comparison_not_called_is_the_same(committed):
     """364f0a7: "by the book's rule it is not separated from the bucket bias and the
-    KERPLE-log bias", of comparisons that are neither called nor equivalent on 3 seeds."""
-    texts = _kernel_texts(committed)
-    for text in texts:
-        _said_alike_with_a_margin(text)
-        assert not prose_problems(text, LABELS), prose_problems(text, LABELS)
+    KERPLE-log bias", of comparisons that are neither called nor equivalent on 3 seeds.
+    The committed study has the bucket bias against the Euler CAT at 5000 on ten seeds at 1×
+    (its 90 % interval, worked out here, inside ±0.02: the same within 0.02) and on three at
+    2× (too wide to be the same, not called: not resolved); the answer says each so."""
+    for study in (committed, old_study()):
+        for text in _kernel_texts(study):
+            _said_alike_with_a_margin(text)
+            assert not prose_problems(text, LABELS), prose_problems(text, LABELS)
+    raw = json.loads((ROOT / "results" / "scale_cpu.json").read_text())
+    lead = {}
+    for b in (1, 2):
+        euler, buckets = (_points(raw, b)[r] for r in (EULER, BUCKETS))
+        seeds = sorted(set(euler["seeds"]) & set(buckets["seeds"]))
+        assert seeds == (list(range(10)) if b == 1 else [0, 1, 2])
+        lead[b] = {L: _ce(buckets, L, seeds) - _ce(euler, L, seeds) for L in ("128", "5000")}
+    euler, buckets = (_points(raw, 1)[r] for r in (EULER, BUCKETS))
+    mean, half = _hand_interval(lead[1]["5000"], buckets["window_ce"]["5000"],
+                                euler["window_ce"]["5000"], 0.90)
+    assert -0.02 < mean - half and mean + half < 0.02
+    d = lead[2]["5000"]       # the seeds' spread alone already rules out both words
+    assert stats.t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3) > abs(d.mean())
+    assert abs(d.mean()) + stats.t.ppf(0.95, 2) * d.std(ddof=1) / np.sqrt(3) > 0.02
+    lo, hi = sorted(lead[b]["5000"].mean() for b in (1, 2))
     answer = ss.answer(committed)
-    assert ("whether the kernel adds more than a learned bias is not resolved on 3 seeds: against "
-            "the bucket bias and the KERPLE-log bias no lead is called") in answer
+    assert (f"{lo:+.3f} to {hi:+.3f} at 5000 (the same within 0.02 at 1×; not resolved at 2×)"
+            in answer), answer
+    assert "Against the bucket bias in its block" in answer
 
 
 def test_a_tight_equivalence_reads_the_same_within_the_margin_and_a_loose_one_not_resolved():
@@ -161,26 +223,47 @@ def test_the_page_says_which_rows_1x_point_is_not_chapter_10s_and_why():
 
 
 def test_the_committed_studies_1x_point_is_compared_with_chapter_10s(committed):
+    """Each row chapter 10 trains too is compared on chapter 10's seeds: a row of the kernel
+    question, on seeds 0-9 here, on chapter 10's 0-2 from its per-seed records (averaged
+    here by hand), so that it is never called apart for its extra seeds; a row apart is
+    apart by its rate or its steps (the ODE-consistent CAT by its steps: the 1× budget, not
+    chapter 10's 500), and the page says so. results/frontier_cpu.json may be an older
+    build's than the study: the size of the CE gap is not asserted."""
     from catlib.book.profiles import experiment
-    from catlib.book.scale_point import compare, point_paragraph
+    from catlib.book.scale_point import CHAPTER_10, compare, on_windows, point_paragraph
 
     frontier = json.loads((ROOT / "results" / "frontier_cpu.json").read_text())
     rate = experiment("cpu").train.lr
     found = {c["row"]: c for c in compare(committed, frontier, rate)}
-    apart = {r for r, c in found.items() if c["rate"][0] != c["rate"][1] or c["steps"][0] != c["steps"][1]}
-    assert apart == {ALIBI, KERPLE_ODE}
-    # a row trained alike is chapter 10's run: the same CE on chapter 10's windows
+    assert set(found) == {r for r, key in CHAPTER_10.items() if key in frontier} and found
+    longest = ss.lengths(committed)[-1]
     for r, c in found.items():
-        if r not in apart:
-            assert all(abs(a - b) < 5e-5 for a, b in c["ce"].values()), (r, c["ce"])
+        mine, theirs = ss.point(committed, r, 1), frontier[CHAPTER_10[r]]["points"][-1]
+        seeds10 = sorted(theirs["seeds"])
+        assert c["seeds"] == (seeds10, seeds10), (r, c["seeds"])
+        assert c["steps"] == (mine["steps"], theirs["steps"])
+        assert c["rate"] == (committed["rows"][r].get("rate", rate), rate)
+        if r in KERNEL_QUESTION_ROWS:
+            assert mine["seeds"] == list(range(10)) and seeds10 == [0, 1, 2]
+            records = committed["per_seed"][r]
+            own = {L: np.round(np.mean([records[str(s)]["budgets"]["1"]["window_ce"][L]
+                                        for s in seeds10], 0), WINDOW_DIGITS).tolist()
+                   for L in mine["window_ce"]}
+            for L, (here, _) in c["ce"].items():
+                assert here == pytest.approx(on_windows({**mine, "window_ce": own}, theirs, L, longest))
+                assert here != pytest.approx(on_windows(mine, theirs, L, longest), abs=1e-6)
+    apart = {r for r, c in found.items() if c["rate"][0] != c["rate"][1] or c["steps"][0] != c["steps"][1]}
+    ode = found[KERPLE_ODE]
+    assert KERPLE_ODE in apart and ode["steps"][0] != ode["steps"][1] == 500
     text = point_paragraph(ROOT, committed)
-    alibi = found[ALIBI]["ce"]
-    assert (f"The ALiBi baseline trains at the rate the sweep chose for it, 0.008, where chapter 10 "
-            f"trains every row at 0.004: on chapter 10's windows it reads {alibi['128'][0]:.3f} at "
-            f"128 and {alibi['5000'][0]:.3f} at 5000 here, against {alibi['128'][1]:.3f} and "
-            f"{alibi['5000'][1]:.3f} in chapter 10.") in text
-    assert "The ODE-consistent CAT trains for 334 steps, the 1× budget, where chapter 10 trains it for 500" in text
-    assert "agree to four decimals" in text
+    assert (f"The ODE-consistent CAT trains for {ode['steps'][0]} steps, the 1× budget, where "
+            f"chapter 10 trains it for 500") in text
+    assert "has seeds" not in text
+    for r in found:
+        assert (f"The {ss.name(r)} trains" in text) == (r in apart), (r, text)
+    same = [ss.name(r) for r in found if r not in apart]
+    assert (f"for the {', the '.join(same[:-1])} and the {same[-1]}: the same rate, steps and "
+            f"seeds") in text
     assert ss.chapter_texts({"cpu": committed}, "cpu", root=ROOT)["point"] == text
 
 

@@ -82,6 +82,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "10_equal_compute": dict(_EXPERIMENT["smoke"], seeds=[0, 1, 2], dial_windows=1,
                                  gain_windows=4),
         "11_scale": {},       # reads results/scale_<device>.json: trains nothing in any profile
+        "12_code": {},        # reads results/scale_code_<device>.json: trains nothing either
     },
     "cpu": {
         "01_spectral_kernels": dict(n_freq=32, grid=128, n_heads=4),
@@ -111,6 +112,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "10_equal_compute": dict(_EXPERIMENT["cpu"], seeds=[0, 1, 2], dial_windows=2,
                                  gain_windows=7),
         "11_scale": {},
+        "12_code": {},
     },
     "paper": {
         "01_spectral_kernels": dict(n_freq=48, grid=256, n_heads=8),
@@ -142,6 +144,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "10_equal_compute": dict(_EXPERIMENT["paper"], seeds=[0, 1, 2], dial_windows=8,
                                  gain_windows=21),
         "11_scale": {},
+        "12_code": {},
     },
 }
 

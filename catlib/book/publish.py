@@ -37,6 +37,11 @@ def publish_headline(root: Path, profile: str, records: list[Record]) -> Path | 
 
         answer = scale.read_text().strip() + _scale_label(load_studies(root))
         text = text.replace(f"{label}\n\n", f"{label}\n\n{answer}\n\n", 1)
+    code = root / "book" / "_generated" / "code_answer.md"         # chapter 12, when it ran
+    if code.exists():    # its one line, after chapter 11's answer (or the label)
+        at = text.find("\n\nAt equal training compute")
+        at = at if at >= 0 else text.find("\n\n")
+        text = f"{text[:at]}\n\n{code.read_text().strip()}{text[at:]}"
     out = root / "results" / f"headline_{profile}.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text(text)

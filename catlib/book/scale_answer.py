@@ -194,9 +194,10 @@ def budget_note(study: dict, budget: int) -> str:
     return f"At {budget}×: {said}."
 
 
-def passes_table(study: dict) -> str:
+def passes_table(study: dict, digits: int = 1) -> str:
     """Markdown: the passes each row made over the training part at each budget ("–": not
-    recorded), "overfit" beside a row that overfit there; "" where none is recorded."""
+    recorded; ``digits`` decimals), "overfit" beside a row that overfit there; "" where
+    none is recorded."""
     bs = budgets(study)
     if not any(passes_of(study, b) for b in bs):
         return ""
@@ -205,6 +206,6 @@ def passes_table(study: dict) -> str:
         row = [name(r)]
         for b in bs:
             p = passes_of(study, b).get(r)
-            row.append("–" if p is None else f"{p:.1f}" + (" (overfit)" if r in overfit_rows(study, b) else ""))
+            row.append("–" if p is None else f"{p:.{digits}f}" + (" (overfit)" if r in overfit_rows(study, b) else ""))
         cells.append(row)
     return md_table(["row", *[f"{b}×" for b in bs]], cells, "l" + "r" * len(bs))
