@@ -184,8 +184,13 @@ def _conclusion(study: dict, readings: dict) -> str | None:
         return ("the kernel adds more than a learned bias in part: it is ahead of each of them "
                 f"somewhere and behind none, but not ahead everywhere of {named('partly')}")
     if set(kinds.values()) & {"same", "behind", "turns"}:
+        # behind only by less than the margin wherever it is called: said so, not "beaten"
+        narrow = all(w != BEHIND for b, k in kinds.items() if k == "behind"
+                     for end in readings[b]["cells"] for *_, w in end)
+        beaten = (f"beaten, by less than {MARGIN:g} nats where at all, by" if narrow
+                  else "beaten by")
         who = [f"{words} {named(kind)}" for kind, words in ((
-            "same", f"{same_words()} as"), ("behind", "beaten by"),
+            "same", f"{same_words()} as"), ("behind", beaten),
             ("turns", "lower and higher by turns than"), ("unresolved", "not resolved against"))
             if kind in kinds.values()]
         return f"the kernel's gain over ALiBi is a learned bias's gain: by the book's rule it is {listed(who)}"
