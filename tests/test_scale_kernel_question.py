@@ -110,7 +110,7 @@ def test_the_answer_is_a_table_and_three_sentences_on_both_artefacts(study, old,
     assert sa.question_seeds(committed) == euler["seeds"] == list(range(10))
     gains = [np.mean(g) for g in euler["context_gain"]["gain"]]
     assert said.startswith("At 1× (seeds 0-9) and 128 characters") and "predates" not in said
-    assert f"Its context gain beyond 128 is {np.mean(gains):+.3f}" in said
+    assert f"Its context gain beyond 128 is {np.mean(gains):+.4f}" in said
     assert max(gains) <= 0 and said.endswith("it is not called above zero.")
 
 

@@ -16,6 +16,7 @@ from ..common.formatting import md_table
 from ..common.verdicts import listed
 from ..experiment.scale import ORACLES
 from ..measure.context_gain import gain_interval, uses_context_beyond
+from .context_gain_table import gain_text
 from .scale_oracle import ORACLE_BUDGET, oracle_point, seed_gains
 from .scale_readings import budgets, common_seeds, lengths, name, point
 from .scale_tables import FIGSIZE, FONT_PT
@@ -63,8 +64,7 @@ def gains_table(study: dict, budget: int = ORACLE_BUDGET) -> str:
         if gains is None:
             cells.append([name(r), "not measured", "–"])
             continue
-        m, h = gain_interval(gains)
-        cells.append([name(r), signed_cell(m) + (f" ± {h:.3f}" if np.isfinite(h) else ""),
+        cells.append([name(r), gain_text(*gain_interval(gains)),
                       "yes" if uses_context_beyond(gains) else "no"])
     if all(c[1] == "not measured" for c in cells):
         return ""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ..common.verdicts import listed, times_listed
 from .code_artefact import COMMANDS, finished_runs, planned_runs
-from .code_context import best_gain, signed_cell
+from .code_context import best_gain
+from .context_gain_table import gain_text
 from ..experiment.scale import ORACLES
 from .scale_readings import CAT_ROWS, budgets, common_seeds, compare, lengths, name
 
@@ -123,7 +124,7 @@ def goal_text(g: dict) -> str:
     if gain is None:
         said.append("No row's context gain is recorded.")
     else:
-        what = f"{signed_cell(gain['gain'][0])} ± {gain['gain'][1]:.3f} nats at {gain['budget']}×"
+        what = f"{gain_text(*gain['gain'])} nats at {gain['budget']}×"
         said.append(f"The {name(gain['row'])} gains {what.lstrip('+')} from context beyond "
                     "its training length, called above zero."
                     if gain["uses"] else

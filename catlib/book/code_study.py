@@ -21,6 +21,7 @@ from ..common.verdicts import (AHEAD, BEHIND, MARGIN, NOT_RESOLVED, interval, li
 from ..experiment.scale import BIAS_KERNELS, CONTROL, EULER, ORACLES, SCALE_ROWS, plan_for
 from .code_artefact import COMMANDS, status_text
 from .code_context import gain_words, gains_table, signed_cell
+from .context_gain_table import gain_text
 from .code_goal import goal_sentence, goal_text
 from .code_order import lowest_table, order_table, order_text, overfit_sentence, passes_sentence
 from .code_split import corpus_text, split_table
@@ -165,8 +166,8 @@ def oracle_sentence(study: dict) -> str:
         return (f"Neither oracle row, trained on long windows, gains from context beyond {short} "
                 "characters by a called margin.")
     best = max(using, key=lambda f: f["gain"][0])
-    return (f"Context beyond {short} characters is worth {best['gain'][0]:.3f} ± "
-            f"{best['gain'][1]:.3f} nats to the {name(best['row'])}, called above zero.")
+    return (f"Context beyond {short} characters is worth {gain_text(*best['gain']).lstrip('+')} "
+            f"nats to the {name(best['row'])}, called above zero.")
 
 
 def answer_text(found: dict, goal: dict) -> str:

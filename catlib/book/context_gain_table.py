@@ -48,7 +48,13 @@ def gain_reading(gains) -> str:
 def gain_cell(gains) -> str:
     """The gain's mean and the half-width of its 95 % interval, "+0.0042 ± 0.0031" (the mean
     alone, "(no interval)", where none can be formed)."""
-    mean, half = gain_interval(gains)
+    return gain_text(*gain_interval(gains))
+
+
+def gain_text(mean: float, half: float) -> str:
+    """A context gain and its 95 % half-width as every page writes them, to four decimals:
+    "+0.0042 ± 0.0031" (a gain is a few ten-thousandths of a nat where there is none to
+    read); the mean alone, "(no interval)", where none can be formed."""
     return f"{signed(mean, 4)} ± {fixed(half, 4)}" if math.isfinite(half) else \
         f"{signed(mean, 4)} (no interval)"
 

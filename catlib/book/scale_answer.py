@@ -18,6 +18,7 @@ from ..common.formatting import md_table
 from ..common.verdicts import AHEAD, BEHIND, MARGIN, NOT_RESOLVED, interval, listed, reading
 from ..experiment.scale import EULER, KERNEL_QUESTION_ROWS
 from ..measure.context_gain import gain_interval
+from .context_gain_table import gain_text
 from .scale_readings import budgets, common_seeds, compare, lengths, name, point
 from .scale_tables import seeds_text
 
@@ -76,7 +77,7 @@ def _lead(m: float, h: float) -> str:
 def _gain(g) -> str:
     if g is None:
         return "not measured"
-    return f"{g[0]:+.3f}" + (f" ± {g[1]:.3f}" if np.isfinite(g[1]) else "")
+    return gain_text(*g)
 
 
 def answer_table(study: dict) -> str:

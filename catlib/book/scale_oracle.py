@@ -17,6 +17,7 @@ import numpy as np
 from ..common.formatting import md_table
 from ..experiment.scale import ORACLES
 from ..measure.context_gain import gain_interval, uses_context_beyond
+from .context_gain_table import gain_text
 from .scale_readings import lengths, name, point
 
 # The budget the oracle is trained to (its rows are trained to 1x only).
@@ -72,7 +73,7 @@ def oracle_table(study: dict) -> str:
         return ""
     short, far = lengths(study)[0], lengths(study)[-1]
     cells = [[name(f["row"]), f"{f['ce'].get(short, np.nan):.3f}", f"{f['ce'].get(far, np.nan):.3f}",
-              "not measured" if f["gain"] is None else f"{f['gain'][0]:+.3f} ± {f['gain'][1]:.3f}",
+              "not measured" if f["gain"] is None else gain_text(*f["gain"]),
               "yes" if f["uses"] else "no"] for f in found]
     return md_table(["row", f"CE at {short}", f"CE at {far}", f"context gain beyond {short}",
                      "called above zero"], cells, "lrrrl")
@@ -93,7 +94,7 @@ def oracle_text(study: dict) -> str:
     if using:
         best = max(using, key=lambda f: f["gain"][0])
         return (f"There is context to use beyond {short} characters at this size: the "
-                f"{name(best['row'])} gains {best['gain'][0]:.3f} ± {best['gain'][1]:.3f} nats "
+                f"{name(best['row'])} gains {gain_text(*best['gain'])} nats "
                 f"from it (on {seeds} seeds), called above zero. A row trained at {short} whose "
                 "gain is not called leaves that on the table.")
     return (f"Neither oracle row gains from context beyond {short} characters by a called "
