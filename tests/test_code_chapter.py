@@ -437,3 +437,22 @@ def test_the_readme_block_carries_chapter_12s_line_after_chapter_11s_answer(tmp_
     assert text.count("On source code (chapter 12): code words.") == 1
     assert (text.index("Over budgets (on a CPU") < text.index("On source code (chapter 12)")
             < text.index("At equal training compute"))
+
+
+def test_the_chapter_lists_each_rows_rate_from_the_artefact():
+    """Issue 61 item 5 on code: the page lists each row's rate (the sweep's choice)."""
+    s = split_oracle(code_study())
+    for table in (s["rows"], s["oracle"]):
+        for label in table:
+            table[label]["rate"] = 8e-3 if label == ROPE else 4e-3
+    s["rates"] = {"from": "sweep"}
+    text = cs.rates_text(s)
+    assert text.startswith("Each row trains at the rate the sweep on the dev files chose for it")
+    assert ": 0.004, but the RoPE baseline at 0.008; the oracle rows take their twins' rates." in text
+    assert not prose_problems(text, list(NAMES.values()))
+    s["rates"] = {"from": "recipe"}
+    for table in (s["rows"], s["oracle"]):
+        for label in table:
+            table[label]["rate"] = 4e-3
+    assert cs.rates_text(s) == ("Each row trains at the recipe's single rate: 0.004, for every "
+                                "row; the oracle rows take their twins' rates.")

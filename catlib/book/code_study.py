@@ -241,6 +241,24 @@ def code_short(found: dict, g: dict) -> str:
 NOT_MEASURED = "Not measured: no study on source code is in `results/` in this build."
 
 
+def rates_text(study: dict) -> str:
+    """Each row's learning rate in a sentence, from the artefact (``rows[r]["rate"]``, the
+    sweep's choice; the oracle's, its twin's): the rate most rows share, then the others by
+    name. "" where the artefact records none."""
+    rates = {r: t.get("rate") for r, t in {**study["rows"], **(study.get("oracle") or {})}.items()}
+    rates = {r: v for r, v in rates.items() if v is not None}
+    if not rates:
+        return ""
+    common = max(set(rates.values()), key=list(rates.values()).count)
+    others = [f"the {name(r)} at {v:g}" for r, v in rates.items() if v != common]
+    source = ("the rate the sweep on the dev files chose for it (`make sweep CORPUS=code`; its "
+              "table is on the reproducibility page)" if study.get("rates", {}).get("from") == "sweep"
+              else "the recipe's single rate")
+    tail = f": {common:g}, {'but ' + listed(others) if others else 'for every row'}" + (
+        "; the oracle rows take their twins' rates" if set(rates) & set(ORACLES) else "")
+    return f"Each row trains at {source}{tail}."
+
+
 def chapter_texts(found: dict, goal: dict, tiny: dict | None, corpus,
                   corpus_problem: str | None) -> dict[str, str]:
     """Chapter 12's generated Markdown by glue key, from the study ``found``
@@ -252,7 +270,8 @@ def chapter_texts(found: dict, goal: dict, tiny: dict | None, corpus,
     out = {"budgets": times_listed(planned), "status": status_text(found), "answer": answer_text(found, goal),
            "corpus": corpus_problem if corpus is None else corpus_text(corpus, study),
            "split_table": "" if corpus is None else split_table(corpus),
-           "words": words_rule(), "goal": goal_text(goal), "code_short": code_short(found, goal)}
+           "words": words_rule(), "goal": goal_text(goal), "code_short": code_short(found, goal),
+           "rates": rates_text(study) if study else ""}
     if study is None:
         keys = ("kernel", "kernel_table", "passes", "passes_table", "overfit", "lowest_table",
                 "order", "order_table", "oracle", "oracle_table", "gains_table", "gain_words")
