@@ -6,7 +6,7 @@
         [--processes 1 3 7 15] [--pool-row LABEL] [--pool-steps N]
         [--equality-row LABEL] [--equality-steps N]
 
-The rows are the scale study's (``catlib.experiment.scale.SCALE_ROWS``), each at its 1x
+The rows are the scale study's (``catlib.experiment.scale_plan.SCALE_ROWS``), each at its 1x
 configuration of the ``--profile`` sizes (``scale_configs(label, experiment(profile), 0, [1])``:
 the study's model, batch, sequence and recipe), trained by ``SideBySide.train_step`` on
 random tokens (the time of a step does not depend on the text). Five items, in this order:
@@ -458,7 +458,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse(argv) -> argparse.Namespace:
-    from catlib.experiment.scale import SCALE_ROWS
+    from catlib.experiment.scale_plan import SCALE_ROWS
     p = Parser(prog="python -m benchmarks.gpu_levers", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--profile", default="cpu", choices=("cpu", "smoke"),

@@ -17,7 +17,7 @@ from catlib.book.profiles import experiment
 from catlib.common.devices import resolve_device
 from catlib.common.provenance import code_fingerprint, environment
 from catlib.data import load_corpus
-from catlib.experiment import scale
+from catlib.experiment import scale, scale_plan
 from catlib.experiment.grid import _train_job
 from catlib.runs import atomic_write_text
 
@@ -28,7 +28,7 @@ def partial_study(e, plan: dict, root, device) -> dict:
     """The artefact of the finished runs under ``root`` of the study of ``e`` and ``plan``
     (nothing trains): ``{"plan", "rows": scale_table(...) of :func:`~catlib.experiment.scale.reached`'s seeds,
     "partial": True, "finished_runs": [[row, seed], ...], "runs": how many the plan has}``."""
-    specs, _, steps = scale.job_specs(e, plan, root, extra=scale.extra_seeds_for(device))
+    specs, _, steps = scale.job_specs(e, plan, root, extra=scale_plan.extra_seeds_for(device))
     done = {k: s for k, s in specs.items() if _train_job(dict(s, device=device), stored=True)}
     runs = scale.open_runs(done, e, device)
     corpus, (lengths, caps) = load_corpus(split="90/10"), scale.scoring(e)
@@ -58,7 +58,7 @@ def main(device: str, out: str) -> None:
     """Write the finished runs of the study on ``device`` (its runs under
     runs/scale-cpu-<device type>, as ``python -m catlib.book.scale`` trains them) to ``out``."""
     dev = resolve_device(device)
-    plan = scale.plan_for(dev)
+    plan = scale_plan.plan_for(dev)
     study = partial_study(experiment(PROFILE), plan, Path("runs") / f"scale-{PROFILE}-{dev.type}",
                           str(dev))
     write(study, out, dev, f"python -m benchmarks.scale_partial {device} {out}")

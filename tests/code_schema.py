@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from catlib.experiment.scale import (ALIBI, ALIBI_DEEP, BUCKETS, CONTROL, EULER, EULER_DEEP,
-                                     FOX, KERPLE_LOG, ORACLE_ALIBI, ORACLE_EULER, ROPE,
-                                     plan_text, row_plan, study_rows)
+from catlib.experiment.scale_plan import (ALIBI, ALIBI_DEEP, BUCKETS, CONTROL, EULER, EULER_DEEP,
+                                          FOX, KERPLE_LOG, ORACLE_ALIBI, ORACLE_EULER, ROPE,
+                                          plan_text, row_plan, study_rows)
 from catlib.experiment.scale_records import assemble_rows, position_bins
 
 LENGTHS = ("128", "5000")

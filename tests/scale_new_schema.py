@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from catlib.experiment.scale import (ALIBI, ALIBI_DEEP, BUCKETS, CONTROL, EULER, FOX, KERPLE,
-                                     KERPLE_LOG, KERNEL_QUESTION_ROWS, KERNEL_QUESTION_SEEDS, ROPE,
-                                     plan_text, row_plan)
+from catlib.experiment.scale_plan import (ALIBI, ALIBI_DEEP, BUCKETS, CONTROL, EULER, FOX, KERPLE,
+                                          KERPLE_LOG, KERNEL_QUESTION_ROWS, KERNEL_QUESTION_SEEDS,
+                                          ROPE, plan_text, row_plan)
 from catlib.experiment.scale_records import assemble_rows
 
 LENGTHS = ("128", "5000")

@@ -22,8 +22,9 @@ from catlib.book.code_artefact import load_code_study, planned_runs, status_text
 from catlib.book.scale_readings import NAMES, split_oracle
 from catlib.code_corpus import UNKNOWN, CodeFile, CodeVocab
 from catlib.common.verdicts import prose_problems
-from catlib.experiment.scale import (ALIBI, ALIBI_DEEP, BUCKETS, CONTROL, EULER, EULER_DEEP, FOX,
-                                     KERPLE_LOG, ORACLE_ALIBI, ORACLE_EULER, ROPE, study_rows)
+from catlib.experiment.scale_plan import (ALIBI, ALIBI_DEEP, BUCKETS, CONTROL, EULER, EULER_DEEP,
+                                          FOX, KERPLE_LOG, ORACLE_ALIBI, ORACLE_EULER, ROPE,
+                                          study_rows)
 
 from code_schema import code_study, study
 

@@ -258,14 +258,14 @@ def test_only_the_first_seed_trains_the_frontier_branches():
     """Issue 52: chapter 10 scores the branched points of a row's first seed only, so the
     other seeds train none (they trained 17-19 % more steps than the chapter reads); the
     scale study, which scores every seed's points, keeps them on every seed."""
-    from catlib.experiment import scale
+    from catlib.experiment import scale, scale_plan
 
     e = dataclasses.replace(profiles.experiment("cpu"), seeds=(0, 1, 2))
     for label in ex.FRONTIER_ROWS:
         first, other = (ex.row_configs(ex.ROWS[label], e, s)[1] for s in (0, 2))
         assert bool(first.branches) == bool(ex.ROWS[label].ladder), label
         assert other.branches == () and other.train_steps == first.train_steps, label
-    for label in scale.SCALE_ROWS:
+    for label in scale_plan.SCALE_ROWS:
         _, tc, steps = scale.scale_configs(label, e, 2, [1, 2, 4])
         assert sorted(tc.branches) == sorted(steps[b] for b in (1, 2)), label
 

@@ -11,7 +11,8 @@ import pytest
 
 from catlib.book import profiles
 from catlib.book.scale import main
-from catlib.experiment import scale
+from catlib.experiment import scale, scale_plan
+from catlib.experiment.scale_plan import FOX, KERPLE
 
 
 @pytest.mark.parametrize("args, says", [
@@ -81,11 +82,11 @@ def test_a_plan_without_seed_0_at_1x_trains_only_its_runs(tiny_path, monkeypatch
     monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
     e = profiles.experiment("smoke")
     e = dataclasses.replace(e, train=dataclasses.replace(e.train, train_steps=2, batch=2))
-    out = scale.run_study(e, root=tmp_path, device="cpu", plan={1: (1,)}, rows=[scale.KERPLE],
+    out = scale.run_study(e, root=tmp_path, device="cpu", plan={1: (1,)}, rows=[KERPLE],
                           jobs=1, echo=None)
     assert "schedule_check" not in out and out["recipe"]["points"] == "branched"
     assert len(list(tmp_path.iterdir())) == 1                        # the one run of the plan
-    assert out["rows"][scale.KERPLE]["points"][0]["seeds"] == [1]
+    assert out["rows"][KERPLE]["points"][0]["seeds"] == [1]
 
 
 @pytest.mark.parametrize("options", [["--budgets", "1", "--seeds", "0"], ["--recipe_rate"],
@@ -104,7 +105,7 @@ def test_the_test_options_write_beside_the_book_s_artefact(tmp_path, monkeypatch
     (results / "scale_smoke_cpu.json").write_text('{"the": "book\'s study"}\n')
     (results / "lr_sweep_smoke_cpu.json").write_text(json.dumps({
         "provenance": {"profile": "smoke"}, "rule": getattr(sweep, "RULE", None),
-        "rows": {r: {"rate": 4e-3, "done": True} for r in scale.SCALE_ROWS}}))
+        "rows": {r: {"rate": 4e-3, "done": True} for r in scale_plan.SCALE_ROWS}}))
     monkeypatch.setattr("catlib.book.scale.run_study", lambda *a, **k: {
         "wall_seconds": 1.0, "trained": [], "reused_runs": 0, "rows": {}, "plan": {}})
     assert main(["--profile", "smoke", "--root", "runs", *options]) == 0
@@ -122,8 +123,8 @@ def test_a_row_whose_every_sweep_rate_diverged_is_named_and_refused(tmp_path, ca
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results").mkdir()
-    rows = {r: {"rate": 4e-3, "done": True} for r in scale.SCALE_ROWS}
-    rows[scale.FOX] = {"rate": None, "done": True, "all_diverged": True,
+    rows = {r: {"rate": 4e-3, "done": True} for r in scale_plan.SCALE_ROWS}
+    rows[FOX] = {"rate": None, "done": True, "all_diverged": True,
                        "dev_ce": {"0.002": None, "0.004": None, "0.008": None}}
     (tmp_path / "results" / "lr_sweep_smoke_cpu.json").write_text(json.dumps({
         "provenance": {"profile": "smoke"}, "rule": getattr(sweep, "RULE", None), "rows": rows}))
@@ -136,7 +137,7 @@ def test_a_row_whose_every_sweep_rate_diverged_is_named_and_refused(tmp_path, ca
     monkeypatch.setattr("catlib.book.scale.run_study", study)
     assert main(["--profile", "smoke", "--root", "runs"]) == 0
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and f"refused: {scale.FOX!r} has no rate" in err, err
-    assert asked["rows"] == [r for r in scale.SCALE_ROWS if r != scale.FOX]
+    assert len(err.splitlines()) == 1 and f"refused: {FOX!r} has no rate" in err, err
+    assert asked["rows"] == [r for r in scale_plan.SCALE_ROWS if r != FOX]
     written = json.loads((tmp_path / "results" / "scale_smoke_cpu.json").read_text())
-    assert written["rates"]["unrated"] == [scale.FOX]
+    assert written["rates"]["unrated"] == [FOX]

@@ -13,12 +13,14 @@ from catlib import code_corpus as cc
 from catlib.book import profiles
 from catlib.book.scale import main, study_folder
 from catlib.data import load_corpus, vocab_size
-from catlib.experiment import scale
+from catlib.experiment import scale, scale_plan
+from catlib.experiment.scale_plan import (ALIBI, ALIBI_DEEP, BUCKETS, CONTROL, EULER, EULER_DEEP,
+                                          FOX, KERPLE_LOG, ROPE)
 from catlib.experiment.scale_records import passes, span_corpus
 from catlib.measure.evaluate import n_windows, windows
 
-CODE_ROWS = {scale.ALIBI, scale.ALIBI_DEEP, scale.ROPE, scale.EULER, scale.EULER_DEEP,
-             scale.CONTROL, scale.BUCKETS, scale.KERPLE_LOG, scale.FOX}
+CODE_ROWS = {ALIBI, ALIBI_DEEP, ROPE, EULER, EULER_DEEP,
+             CONTROL, BUCKETS, KERPLE_LOG, FOX}
 
 
 @pytest.fixture(scope="module")
@@ -27,19 +29,19 @@ def code():
 
 
 def test_the_code_study_trains_the_issues_rows_and_the_oracle_to_4x_on_three_seeds():
-    assert set(scale.swept_rows("code")) == CODE_ROWS
-    assert set(scale.study_rows("code")) == CODE_ROWS | set(scale.ORACLES)
-    assert scale.plan_for("cpu", "code") == {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2)}
-    assert scale.extra_seeds_for("cpu", "code") == {}
+    assert set(scale_plan.swept_rows("code")) == CODE_ROWS
+    assert set(scale_plan.study_rows("code")) == CODE_ROWS | set(scale_plan.ORACLES)
+    assert scale_plan.plan_for("cpu", "code") == {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2)}
+    assert scale_plan.extra_seeds_for("cpu", "code") == {}
     # Tiny Shakespeare's plan and rows are as they were
-    assert scale.plan_for("cpu") == {1: (0, 1, 2), 2: (0, 1, 2)}
-    assert len(scale.swept_rows()) == 13
+    assert scale_plan.plan_for("cpu") == {1: (0, 1, 2), 2: (0, 1, 2)}
+    assert len(scale_plan.swept_rows()) == 13
 
 
 def test_every_code_run_reads_the_code_split_and_no_row_makes_a_pass_at_4x(code):
     train_chars = len(load_corpus(split="files").train)
-    for label in scale.study_rows("code"):
-        budgets = scale.row_plan(scale.plan_for("cpu", "code"), {}, label)
+    for label in scale_plan.study_rows("code"):
+        budgets = scale_plan.row_plan(scale_plan.plan_for("cpu", "code"), {}, label)
         model, train, steps = scale.scale_configs(label, code, 0, budgets)
         assert train.split == "files" and model.vocab_size == vocab_size("code") == 131
         top = max(steps)

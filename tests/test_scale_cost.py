@@ -16,19 +16,20 @@ import pytest
 from catlib.book import profiles
 from catlib.book import scale_study as ss
 from catlib.book.scale import main
-from catlib.experiment import scale, sweep
+from catlib.experiment import scale, scale_plan, sweep
+from catlib.experiment.scale_plan import ALIBI, EULER, FOX, KERPLE, KERPLE_ODE
 
 PLAN = {"1": [0, 1, 2], "2": [0, 1, 2], "4": [0, 1, 2]}      # the CPU's plan
-ELEVEN = [r for r in scale.swept_rows() if r not in (scale.KERPLE, scale.KERPLE_ODE)]
+ELEVEN = [r for r in scale_plan.swept_rows() if r not in (KERPLE, KERPLE_ODE)]
 
 
 def committed_artefact() -> dict:
     """The study as committed at 364f0a7 (its cost fields): 113 minutes for eleven rows,
     then 23 for the two RK4 CATs beside the stored runs."""
-    return {"plan": PLAN, "rows": {r: {"points": []} for r in scale.SCALE_ROWS},
+    return {"plan": PLAN, "rows": {r: {"points": []} for r in scale_plan.SCALE_ROWS},
             "earlier": [{"wall_seconds": 6793.877915748999, "trained": ELEVEN,
                          "date": "2026-12-06 21:10:10 +0000", "commit": "d1b730fd0de9"}],
-            "wall_seconds": 1406.5965901050004, "trained": [scale.KERPLE, scale.KERPLE_ODE],
+            "wall_seconds": 1406.5965901050004, "trained": [KERPLE, KERPLE_ODE],
             "reused_runs": 33, "provenance": {"profile": "cpu", "cpus": 2,
                                               "device": {"name": "cpu", "type": "cpu"},
                                               "date": "2026-12-06 22:59:38 +0000"}}
@@ -48,7 +49,7 @@ def study_returning(trained: dict, reused: list, seconds: float, **identity):
         return {"plan": PLAN, "rows": {}, "wall_seconds": seconds,
                 "trained": sorted(set(trained.values())), "reused_runs": len(reused),
                 "finished_runs": finished(trained, reused), "partial": False,
-                "identity": {"plan": PLAN, "rows": list(scale.SCALE_ROWS), "corpus": "c0",
+                "identity": {"plan": PLAN, "rows": list(scale_plan.SCALE_ROWS), "corpus": "c0",
                              **identity}}
     return run_study
 
@@ -62,7 +63,7 @@ def book(tmp_path, monkeypatch):
     results.mkdir()
     (results / "lr_sweep_smoke_cpu.json").write_text(json.dumps({
         "provenance": {"profile": "smoke"}, "rule": getattr(sweep, "RULE", None),
-        "rows": {r: {"rate": 4e-3, "done": True} for r in scale.SCALE_ROWS}}))
+        "rows": {r: {"rate": 4e-3, "done": True} for r in scale_plan.SCALE_ROWS}}))
     return results
 
 
@@ -97,14 +98,14 @@ def test_a_rerun_that_trains_adds_itself_once_and_keeps_only_runs_still_held(boo
     path = book / "scale_smoke_cpu.json"
     path.write_text(json.dumps(smoke(committed_artefact())))
     monkeypatch.setattr("catlib.book.scale.run_study", study_returning(
-        {"causal-0000000a": scale.FOX}, ["causal-00000001"], 600.0))
+        {"causal-0000000a": FOX}, ["causal-00000001"], 600.0))
     assert main(["--profile", "smoke", "--root", "runs"]) == 0
     first = json.loads(path.read_text())
     assert [round(i["wall_seconds"]) for i in first.get("invocations", [])] == [6794, 1407, 600]
     assert first["invocations"][-1]["runs"] == ["causal-0000000a"]
     assert first["invocations"][-1]["finished"] is True
     monkeypatch.setattr("catlib.book.scale.run_study", study_returning(
-        {"causal-0000000b": scale.FOX}, ["causal-00000002"], 60.0))
+        {"causal-0000000b": FOX}, ["causal-00000002"], 60.0))
     assert main(["--profile", "smoke", "--root", "runs"]) == 0
     second = json.loads(path.read_text())
     assert [i["runs"] for i in second["invocations"]] == [["causal-0000000b"]]
@@ -116,7 +117,7 @@ def test_a_rerun_that_trains_adds_itself_once_and_keeps_only_runs_still_held(boo
     {"provenance": {"profile": "cpu", "device": {"type": "cpu"}}},  # another profile
     {"rows": {"a row this study has not": {"points": []}}},       # another row
     {"identity": {"profile": "smoke", "device": "cpu", "plan": PLAN,   # another corpus
-                  "rows": list(scale.SCALE_ROWS), "corpus": "c1"},
+                  "rows": list(scale_plan.SCALE_ROWS), "corpus": "c1"},
      "invocations": [{"wall_seconds": 6000.0, "trained": ELEVEN, "runs": ["causal-00000001"],
                       "date": "d", "commit": "c", "finished": True}]},
 ], ids=["plan", "profile", "rows", "corpus"])
@@ -127,7 +128,7 @@ def test_an_artefact_of_another_study_lends_it_no_cost(book, monkeypatch, old):
     path = book / "scale_smoke_cpu.json"
     path.write_text(json.dumps({**smoke(committed_artefact()), **old}))
     monkeypatch.setattr("catlib.book.scale.run_study", study_returning(
-        {"causal-0000000a": scale.FOX}, ["causal-00000001"], 600.0))
+        {"causal-0000000a": FOX}, ["causal-00000001"], 600.0))
     assert main(["--profile", "smoke", "--root", "runs"]) == 0
     text = ss.cost_text(json.loads(path.read_text()))
     assert text.startswith(", made in 10 minutes") and "runs of" not in text, text
@@ -147,8 +148,8 @@ def test_a_killed_study_keeps_its_finished_run_and_its_minutes(tiny_path, book, 
     from catlib.experiment import grid
 
     monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
-    two = {r: scale.SCALE_ROWS[r] for r in (scale.ALIBI, scale.EULER)}
-    monkeypatch.setattr("catlib.experiment.scale.SCALE_ROWS", two)
+    two = {r: scale_plan.SCALE_ROWS[r] for r in (ALIBI, EULER)}
+    monkeypatch.setattr("catlib.experiment.scale_plan.SCALE_ROWS", two)
     monkeypatch.setattr("catlib.book.scale.profile_experiment", lambda profile: _small())
     trained = []
 
@@ -188,13 +189,13 @@ def test_the_command_writes_after_each_run_it_trains_not_after_a_run_found(tiny_
     monkeypatch.setenv("CATLIB_DATA", str(tiny_path))
     handed = []
     first = scale.run_study(_small(), root=tmp_path, device="cpu", plan={1: (0,)},
-                            rows=[scale.ALIBI], jobs=1, echo=None, on_change=handed.append)
-    assert [list(a["rows"]) for a in handed] == [[scale.ALIBI]]
+                            rows=[ALIBI], jobs=1, echo=None, on_change=handed.append)
+    assert [list(a["rows"]) for a in handed] == [[ALIBI]]
     assert handed[0]["partial"] is False and first["finished_runs"] == handed[0]["finished_runs"]
     handed.clear()
     again = scale.run_study(_small(), root=tmp_path, device="cpu", plan={1: (0,)},
-                            rows=[scale.ALIBI, scale.EULER], jobs=1, echo=None,
+                            rows=[ALIBI, EULER], jobs=1, echo=None,
                             on_change=handed.append)
-    assert [list(a["rows"]) for a in handed] == [[scale.ALIBI, scale.EULER]]
+    assert [list(a["rows"]) for a in handed] == [[ALIBI, EULER]]
     assert sorted((r["row"], r["trained"]) for r in again["finished_runs"]) == [
-        (scale.ALIBI, False), (scale.EULER, True)]
+        (ALIBI, False), (EULER, True)]

@@ -12,8 +12,8 @@ import pytest
 
 from catlib.book.scale_readings import load_studies, name
 from catlib.common.verdicts import MARGIN
-from catlib.experiment.scale import (ALIBI, BUCKETS, CONTROL, FOX, KERNEL_QUESTION_ROWS, KERPLE_LOG,
-                                     ROPE)
+from catlib.experiment.scale_plan import (ALIBI, BUCKETS, CONTROL, FOX, KERNEL_QUESTION_ROWS,
+                                          KERPLE_LOG, ROPE)
 
 from scale_new_schema import new_study, old_study
 

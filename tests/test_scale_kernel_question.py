@@ -13,7 +13,7 @@ import pytest
 
 from catlib.book import scale_readings as sr
 from catlib.common.verdicts import paired_window_error, unpaired_error_bound
-from catlib.experiment.scale import BUCKETS, EULER
+from catlib.experiment.scale_plan import BUCKETS, EULER
 from catlib.experiment.scale_records import seed_window_ce
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -76,7 +76,7 @@ def test_window_term_on_a_points_own_seeds_is_unchanged(old, committed):
 def test_the_kernel_question_reads_the_three_words_on_ten_seeds(study):
     """Item 2: at 1x on seeds 0-9, each row against the Euler CAT in the book's words."""
     from catlib.book import scale_answer as sa
-    from catlib.experiment.scale import ALIBI, CONTROL, FOX, KERPLE_LOG
+    from catlib.experiment.scale_plan import ALIBI, CONTROL, FOX, KERPLE_LOG
     assert sa.question_seeds(study) == list(range(10))
     found = {f["row"]: f for f in sa.kernel_question(study)}
     assert found[BUCKETS]["words"] == ["the same within 0.02"] * 2
@@ -119,7 +119,7 @@ def test_each_budget_says_its_passes_and_who_overfit(study, old, committed):
     training CE falls is called overfit there, beside the budget's verdicts."""
     from catlib.book import scale_answer as sa
     from catlib.book import scale_study as ss
-    from catlib.experiment.scale import KERPLE_LOG
+    from catlib.experiment.scale_plan import KERPLE_LOG
     assert sa.overfit_rows(study, 2) == [KERPLE_LOG] and sa.overfit_rows(study, 1) == []
     assert sa.passes_of(study, 2)[EULER] == pytest.approx(2.6)
     verdicts = ss.chapter_texts({"cpu": study}, "cpu")["budget_verdicts"]

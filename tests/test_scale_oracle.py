@@ -13,7 +13,8 @@ import pytest
 from catlib.book import scale_oracle as so
 from catlib.book import scale_readings as sr
 from catlib.book.profiles import experiment
-from catlib.experiment import scale as sc
+from catlib.experiment import scale as sc, scale_plan
+from catlib.experiment.scale_plan import ALIBI_DEEP, EULER, ORACLE_ALIBI, ORACLE_EULER
 from catlib.experiment.scale_records import assemble_rows
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -22,32 +23,32 @@ from scale_new_schema import PLAN, new_study  # noqa: E402
 
 def test_the_oracle_trains_on_windows_of_512_with_the_studys_characters_per_step():
     exp = experiment("cpu")
-    for oracle, twin in sc.ORACLES.items():
+    for oracle, twin in scale_plan.ORACLES.items():
         model, train, steps = sc.scale_configs(oracle, exp, 0, (1,))
         t_model, t_train, _ = sc.scale_configs(twin, exp, 0, (1,))
-        assert train.seq == sc.ORACLE_TIMES * t_train.seq == 512
+        assert train.seq == scale_plan.ORACLE_TIMES * t_train.seq == 512
         # 1,280 characters a step at 128: two windows of 512 is the nearest batch
         assert train.batch == 2 and abs(train.batch * train.seq - t_train.batch * t_train.seq) <= train.seq / 2
         assert list(steps) == [1]
-    alibi, _, _ = sc.scale_configs(sc.ORACLE_ALIBI, exp, 0, (1,))
-    euler, _, _ = sc.scale_configs(sc.ORACLE_EULER, exp, 0, (1,))
+    alibi, _, _ = sc.scale_configs(ORACLE_ALIBI, exp, 0, (1,))
+    euler, _, _ = sc.scale_configs(ORACLE_EULER, exp, 0, (1,))
     assert alibi.blocks == 4 and euler.train_length == 512
 
 
 def test_the_oracle_is_planned_at_1x_only_and_never_swept():
-    plan, extra = sc.plan_for("cpu"), sc.extra_seeds_for("cpu")
-    for oracle in sc.ORACLES:
-        assert sc.row_plan(plan, extra, oracle) == {1: (0, 1, 2)}
-        assert oracle in sc.SCALE_ROWS and oracle not in sc.swept_rows()
-    assert sc.row_plan(plan, extra, sc.ALIBI_DEEP) == {1: (0, 1, 2), 2: (0, 1, 2)}
+    plan, extra = scale_plan.plan_for("cpu"), scale_plan.extra_seeds_for("cpu")
+    for oracle in scale_plan.ORACLES:
+        assert scale_plan.row_plan(plan, extra, oracle) == {1: (0, 1, 2)}
+        assert oracle in scale_plan.SCALE_ROWS and oracle not in scale_plan.swept_rows()
+    assert scale_plan.row_plan(plan, extra, ALIBI_DEEP) == {1: (0, 1, 2), 2: (0, 1, 2)}
 
 
 def test_each_oracle_row_takes_its_twins_swept_rate():
-    rates = {sc.ALIBI_DEEP: 2e-3, sc.EULER: 8e-3}
-    got = sc.with_oracle_rates(rates)
-    assert got[sc.ORACLE_ALIBI] == 2e-3 and got[sc.ORACLE_EULER] == 8e-3
-    assert sc.with_oracle_rates(None) is None
-    assert sc.ORACLE_EULER not in sc.with_oracle_rates({sc.ALIBI_DEEP: 2e-3})
+    rates = {ALIBI_DEEP: 2e-3, EULER: 8e-3}
+    got = scale_plan.with_oracle_rates(rates)
+    assert got[ORACLE_ALIBI] == 2e-3 and got[ORACLE_EULER] == 8e-3
+    assert scale_plan.with_oracle_rates(None) is None
+    assert ORACLE_EULER not in scale_plan.with_oracle_rates({ALIBI_DEEP: 2e-3})
 
 
 def _with_oracle(gain: float) -> dict:
@@ -56,15 +57,15 @@ def _with_oracle(gain: float) -> dict:
     study = new_study()
     per_seed = dict(study["per_seed"])
     rng = np.random.default_rng(7)
-    for oracle in sc.ORACLES:
+    for oracle in scale_plan.ORACLES:
         per_seed[oracle] = {}
         for s in ("0", "1", "2"):
-            rec = copy.deepcopy(study["per_seed"][sc.EULER][s]["budgets"]["1"])
+            rec = copy.deepcopy(study["per_seed"][EULER][s]["budgets"]["1"])
             g = gain + rng.normal(0, 0.002, len(rec["context_gain"]["full"]))
             rec["context_gain"]["sliding"] = (np.array(rec["context_gain"]["full"]) + g).tolist()
             rec["context_gain"]["gain"] = g.tolist()
             per_seed[oracle][s] = {"run": f"{oracle}-{s}", "budgets": {"1": rec}}
-    plans = {row: sc.row_plan(PLAN, study["extra_seeds"] and {
+    plans = {row: scale_plan.row_plan(PLAN, study["extra_seeds"] and {
         r: {int(b): tuple(v) for b, v in e.items()} for r, e in study["extra_seeds"].items()}, row)
         for row in per_seed}
     study["per_seed"], study["rows"] = per_seed, assemble_rows(per_seed, plans, list(per_seed))
@@ -73,8 +74,9 @@ def _with_oracle(gain: float) -> dict:
 
 def test_chapter_11_reads_the_oracle_apart_from_the_rivals():
     study = sr.split_oracle(_with_oracle(0.05))
-    assert not set(sc.ORACLES) & set(study["rows"]) and not set(sc.ORACLES) & set(study["per_seed"])
-    assert set(study["oracle"]) == set(sc.ORACLES)
+    assert not set(scale_plan.ORACLES) & set(study["rows"])
+    assert not set(scale_plan.ORACLES) & set(study["per_seed"])
+    assert set(study["oracle"]) == set(scale_plan.ORACLES)
     assert sr.split_oracle(new_study())["oracle"] == {}
 
 
@@ -82,8 +84,8 @@ def test_chapter_11_reads_the_oracle_apart_from_the_rivals():
 def test_the_oracles_gain_is_called_above_zero_only_where_its_interval_is(gain, uses):
     study = sr.split_oracle(_with_oracle(gain))
     found = {f["row"]: f for f in so.oracle_rows(study)}
-    assert list(found) == [sc.ALIBI_DEEP, sc.ORACLE_ALIBI, sc.EULER, sc.ORACLE_EULER]
-    for oracle in sc.ORACLES:
+    assert list(found) == [ALIBI_DEEP, ORACLE_ALIBI, EULER, ORACLE_EULER]
+    for oracle in scale_plan.ORACLES:
         assert found[oracle]["uses"] is uses
         assert found[oracle]["gain"][0] == pytest.approx(gain, abs=0.005)
     text = so.oracle_text(study)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from catlib.book import profiles
-from catlib.experiment import scale
+from catlib.experiment import scale, scale_plan
+from catlib.experiment.scale_plan import ALIBI, KERPLE, ROPE
 from catlib import runs
 from catlib.runs import StorageError
 from catlib.experiment.grid import _train_job
@@ -40,7 +41,7 @@ def study_dir(tmp_path_factory, tiny_path):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CATLIB_DATA", str(tiny_path))
         specs, _, _ = scale.job_specs(_small(), PLAN, folder / "runs" / "scale-cpu-cpu",
-                                      [scale.ALIBI])
+                                      [ALIBI])
         for spec in specs.values():
             _train_job(dict(spec, device="cpu"))
     return folder
@@ -54,7 +55,7 @@ def cut_study(study_dir, tiny_path, monkeypatch):
     monkeypatch.delenv("CATLIB_COMMIT", raising=False)
     monkeypatch.chdir(study_dir)
     monkeypatch.setattr(scale_partial, "experiment", lambda profile: _small())
-    monkeypatch.setitem(scale.PLANS, "cpu", PLAN)
+    monkeypatch.setitem(scale_plan.PLANS, "cpu", PLAN)
     return study_dir
 
 
@@ -67,15 +68,15 @@ def test_seeds_count_only_at_the_budgets_they_reached(cut_study):
     out.parent.mkdir(exist_ok=True)
     scale_partial.main("cpu", str(out))
     study = json.loads(out.read_text())
-    assert set(study["rows"]) == {scale.ALIBI}
-    points = {p["budget"]: p for p in study["rows"][scale.ALIBI]["points"]}
+    assert set(study["rows"]) == {ALIBI}
+    points = {p["budget"]: p for p in study["rows"][ALIBI]["points"]}
     assert sorted(points) == [1, 2]
     assert points[1]["seeds"] == [0, 1] and points[2]["seeds"] == [0]
     assert all(len(ce) == 2 for ce in points[1]["ce"].values())
     assert all(len(ce) == 1 for ce in points[2]["ce"].values())
     assert points[2]["steps"] > points[1]["steps"]
     assert study["plan"] == {"1": [0, 1], "2": [0]} and study["partial"] is True
-    assert sorted(map(tuple, study["finished_runs"])) == [(scale.ALIBI, 0), (scale.ALIBI, 1)]
+    assert sorted(map(tuple, study["finished_runs"])) == [(ALIBI, 0), (ALIBI, 1)]
     prov = study["provenance"]
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     if (ROOT / ".git").exists() and head.returncode == 0:
@@ -110,10 +111,10 @@ def test_reached_keeps_each_seed_to_its_own_budgets():
     before issue 47): a finished seed counts at the budgets its run reached, a budget no
     finished seed reached is left out, and so is a row with no finished run."""
     plan = {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2), 8: (0,)}
-    steps = {(label, s): {b: 10 * b for b in budgets} for label in scale.SCALE_ROWS
-             for s, budgets in scale.seed_budgets(plan).items()}
-    got = scale.reached([(scale.ALIBI, 0), (scale.ALIBI, 1), (scale.ROPE, 2),
-                                 (scale.KERPLE, 1)], steps, plan)
-    assert got == {scale.ALIBI: {1: (0, 1), 2: (0, 1), 4: (0, 1), 8: (0,)},
-                   scale.ROPE: {1: (2,), 2: (2,), 4: (2,)},
-                   scale.KERPLE: {1: (1,), 2: (1,), 4: (1,)}}
+    steps = {(label, s): {b: 10 * b for b in budgets} for label in scale_plan.SCALE_ROWS
+             for s, budgets in scale_plan.seed_budgets(plan).items()}
+    got = scale.reached([(ALIBI, 0), (ALIBI, 1), (ROPE, 2),
+                                 (KERPLE, 1)], steps, plan)
+    assert got == {ALIBI: {1: (0, 1), 2: (0, 1), 4: (0, 1), 8: (0,)},
+                   ROPE: {1: (2,), 2: (2,), 4: (2,)},
+                   KERPLE: {1: (1,), 2: (1,), 4: (1,)}}

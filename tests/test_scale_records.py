@@ -17,10 +17,12 @@ import pytest
 
 from catlib.book import profiles
 from catlib.book.scale import main
-from catlib.experiment import scale
+from catlib.experiment import scale, scale_plan
+from catlib.experiment.scale_plan import (ALIBI, BUCKETS, CONTROL, EULER, FOX, KERPLE, KERPLE_LOG,
+                                          ROPE)
 
-SEVEN = (scale.EULER, scale.BUCKETS, scale.KERPLE_LOG, scale.FOX, scale.CONTROL, scale.ALIBI,
-         scale.ROPE)
+SEVEN = (EULER, BUCKETS, KERPLE_LOG, FOX, CONTROL, ALIBI,
+         ROPE)
 
 
 def _small(steps: int = 4):
@@ -32,27 +34,27 @@ def test_the_cpu_plan_is_1x_and_2x_with_ten_seeds_at_1x_for_the_kernel_question(
     """Every row at 1x and 2x on seeds 0-2; the Euler CAT, the bucket bias, KERPLE-log, FoX,
     the kernel control, ALiBi and RoPE on seeds 0-9 at 1x, seeds 3-9 trained to 1x only;
     paired: seed s draws the batches of seed s in every row. The cuda plan is kept."""
-    assert scale.plan_for("cpu") == {1: (0, 1, 2), 2: (0, 1, 2)}
-    assert set(scale.KERNEL_QUESTION_ROWS) == set(SEVEN)
-    extra = scale.extra_seeds_for("cpu")
-    for label in scale.swept_rows():      # the oracle's plan: tests/test_scale_oracle.py
+    assert scale_plan.plan_for("cpu") == {1: (0, 1, 2), 2: (0, 1, 2)}
+    assert set(scale_plan.KERNEL_QUESTION_ROWS) == set(SEVEN)
+    extra = scale_plan.extra_seeds_for("cpu")
+    for label in scale_plan.swept_rows():      # the oracle's plan: tests/test_scale_oracle.py
         ten = label in SEVEN
-        assert scale.row_plan(scale.plan_for("cpu"), extra, label) == {
+        assert scale_plan.row_plan(scale_plan.plan_for("cpu"), extra, label) == {
             1: tuple(range(10 if ten else 3)), 2: (0, 1, 2)}, label
-    assert scale.plan_for("cuda") == {b: (0, 1, 2) for b in (1, 2, 4, 8, 16)}
-    assert scale.extra_seeds_for("cuda") == {}
+    assert scale_plan.plan_for("cuda") == {b: (0, 1, 2) for b in (1, 2, 4, 8, 16)}
+    assert scale_plan.extra_seeds_for("cuda") == {}
     e = profiles.experiment("cpu")
-    specs, _, steps = scale.job_specs(e, scale.plan_for("cpu"), "runs", [scale.EULER, scale.KERPLE],
+    specs, _, steps = scale.job_specs(e, scale_plan.plan_for("cpu"), "runs", [EULER, KERPLE],
                                       extra=extra)
-    assert sorted(specs) == sorted([(scale.EULER, s) for s in range(10)]
-                                   + [(scale.KERPLE, s) for s in range(3)])
+    assert sorted(specs) == sorted([(EULER, s) for s in range(10)]
+                                   + [(KERPLE, s) for s in range(3)])
     assert len({(s["train"]["batch"], s["train"]["seq"]) for s in specs.values()}) == 1
     for (label, seed), spec in specs.items():
         train = spec["train"]
         assert train["seed"] == seed           # with one batch and seq: seed s's batches
         assert train["train_steps"] == steps[label, seed][2 if seed < 3 else 1]
         assert list(train["branches"]) == ([steps[label, seed][1]] if seed < 3 else [])
-    assert steps[scale.EULER, 5] == {1: steps[scale.EULER, 0][1]}
+    assert steps[EULER, 5] == {1: steps[EULER, 0][1]}
 
 
 @pytest.fixture
@@ -73,9 +75,9 @@ def test_a_point_records_its_passes_and_each_windows_context_gain(data, tmp_path
 
     e = _small()
     out = scale.run_study(e, root=tmp_path, device="cpu", plan={1: (0,), 2: (0,)},
-                          rows=[scale.ALIBI], jobs=1, echo=None)
+                          rows=[ALIBI], jobs=1, echo=None)
     corpus = load_corpus(split="90/10")
-    points = {p["budget"]: p for p in out["rows"][scale.ALIBI]["points"]}
+    points = {p["budget"]: p for p in out["rows"][ALIBI]["points"]}
     for budget, p in points.items():
         assert "passes" in p and "context_gain" in p, sorted(p)
         assert p["passes"] == p["steps"] * e.train.batch * e.train.seq / len(corpus.train)
@@ -87,7 +89,7 @@ def test_a_point_records_its_passes_and_each_windows_context_gain(data, tmp_path
             gain["gain"][0], gain["sliding"][0], gain["full"][0]))
         assert len(p["train_ce"]["16"]) == 1
     assert points[2]["passes"] > points[1]["passes"] > 0
-    trunk = open_run(tmp_path / out["per_seed"][scale.ALIBI]["0"]["run"])
+    trunk = open_run(tmp_path / out["per_seed"][ALIBI]["0"]["run"])
     model = ladder_model(trunk, points[1]["steps"], "base")
     from catlib.common.devices import one_thread   # as the pool scores
 
@@ -101,7 +103,7 @@ def test_a_point_records_its_passes_and_each_windows_context_gain(data, tmp_path
         want = [float(direct[f"{reading}_positions"][a - 32:b - 32].mean())
                 for a, b in zip(bins[:-1], bins[1:])]
         assert np.allclose(points[1]["context_gain"][f"{reading}_curve"][0], want, rtol=0, atol=1e-12)
-    record = out["per_seed"][scale.ALIBI]["0"]["budgets"]["1"]
+    record = out["per_seed"][ALIBI]["0"]["budgets"]["1"]
     assert record["context_gain"]["gain"] == points[1]["context_gain"]["gain"][0]
     assert record["ce"] == {L: ce[0] for L, ce in points[1]["ce"].items()}
 
@@ -112,28 +114,28 @@ def test_records_are_read_only_for_the_same_run_scored_the_same_way(data, tmp_pa
     scored as the study scores."""
     e = _small()
     plan = {1: (0,), 2: (0,)}
-    specs, _, steps = scale.job_specs(e, plan, tmp_path, [scale.ALIBI])
-    spec = specs[scale.ALIBI, 0]
+    specs, _, steps = scale.job_specs(e, plan, tmp_path, [ALIBI])
+    spec = specs[ALIBI, 0]
     name = scale.run_name(scale.CATConfig.from_dict(spec["model"]),
                           scale.TrainConfig(**spec["train"]), "cpu")
     record = {k: 0 for k in ("steps", "train_flops", "seconds", "passes", "ce", "se", "windows",
                              "window_ce", "train_ce", "context_gain")}
-    study = {"scoring": scale.study_scoring(e), "per_seed": {scale.ALIBI: {"0": {
+    study = {"scoring": scale.study_scoring(e), "per_seed": {ALIBI: {"0": {
         "run": name, "budgets": {"1": record, "2": record}}}}}
     read = lambda s, sp=specs: scale.recorded_runs(sp, steps, s, scale.study_scoring(e), "cpu")  # noqa: E731
-    assert list(read(study)) == [(scale.ALIBI, 0)]
-    other, _, _ = scale.job_specs(e, plan, tmp_path, [scale.ALIBI], rates={scale.ALIBI: 8e-3})
+    assert list(read(study)) == [(ALIBI, 0)]
+    other, _, _ = scale.job_specs(e, plan, tmp_path, [ALIBI], rates={ALIBI: 8e-3})
     assert read(study, other) == {}                                        # another rate
     assert read({**study, "scoring": {**study["scoring"], "caps": [4, 4, 4]}}) == {}
     short = {k: v for k, v in record.items() if k != "context_gain"}
-    assert read({**study, "per_seed": {scale.ALIBI: {"0": {
+    assert read({**study, "per_seed": {ALIBI: {"0": {
         "run": name, "budgets": {"1": record, "2": short}}}}}) == {}       # not finished
     assert read(None) == {}
 
 
-ROWS = (scale.ALIBI, scale.EULER)
+ROWS = (ALIBI, EULER)
 PLAN = {1: (0,), 2: (0,)}
-EXTRA = {scale.ALIBI: {1: (1,)}}          # a row's own seed at 1x, as the kernel question's
+EXTRA = {ALIBI: {1: (1,)}}          # a row's own seed at 1x, as the kernel question's
 
 
 @pytest.fixture(scope="module")
@@ -146,14 +148,14 @@ def sessions(tmp_path_factory, tiny_path):
     from catlib.experiment import grid
 
     folder = tmp_path_factory.mktemp("scale_sessions")
-    two = {r: scale.SCALE_ROWS[r] for r in ROWS}
+    two = {r: scale_plan.SCALE_ROWS[r] for r in ROWS}
     out, trained = [], []
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CATLIB_DATA", str(tiny_path))
         mp.chdir(folder)
-        mp.setattr("catlib.experiment.scale.SCALE_ROWS", two)
-        mp.setitem(scale.PLANS, "cpu", PLAN)
-        mp.setattr(scale, "EXTRA_SEEDS", {"cpu": EXTRA, "cuda": {}}, raising=False)
+        mp.setattr("catlib.experiment.scale_plan.SCALE_ROWS", two)
+        mp.setitem(scale_plan.PLANS, "cpu", PLAN)
+        mp.setattr(scale_plan, "EXTRA_SEEDS", {"cpu": EXTRA, "cuda": {}}, raising=False)
         mp.setattr("catlib.book.scale.profile_experiment", lambda profile: _small())
         (folder / "results").mkdir()
         command = ["--profile", "smoke", "--root", "runs", "--recipe_rate", "--jobs", "1"]
@@ -200,16 +202,16 @@ def test_a_resumed_study_trains_nothing_it_recorded_and_rebuilds_the_same_points
     assert whole["recorded_runs"] == 1 and whole["partial"] is False
     assert trained[2] == [] and again["recorded_runs"] == 3 and again["trained"] == []
     assert again["rows"] == whole["rows"] and again["per_seed"] == whole["per_seed"]
-    points = {p["budget"]: p for p in whole["rows"][scale.ALIBI]["points"]}
+    points = {p["budget"]: p for p in whole["rows"][ALIBI]["points"]}
     assert {b: p["seeds"] for b, p in points.items()} == {1: [0, 1], 2: [0]}  # its own seed
     from catlib.experiment.scale_records import seed_window_ce
 
     # each window's CE over any of a point's seeds, for a comparison on the seeds two rows share
-    assert seed_window_ce(whole, scale.ALIBI, 1, [0, 1]) == points[1]["window_ce"]
-    assert seed_window_ce(whole, scale.ALIBI, 1, [1]) == whole["per_seed"][scale.ALIBI]["1"][
+    assert seed_window_ce(whole, ALIBI, 1, [0, 1]) == points[1]["window_ce"]
+    assert seed_window_ce(whole, ALIBI, 1, [1]) == whole["per_seed"][ALIBI]["1"][
         "budgets"]["1"]["window_ce"]
-    assert seed_window_ce(whole, scale.ALIBI, 2, [0, 1]) is None           # seed 1 stops at 1x
-    assert whole["extra_seeds"] == {scale.ALIBI: {"1": [1]}}
+    assert seed_window_ce(whole, ALIBI, 2, [0, 1]) is None           # seed 1 stops at 1x
+    assert whole["extra_seeds"] == {ALIBI: {"1": [1]}}
     assert not any(line.strip().replace(".", "").replace(",", "").isdigit()
                    for line in whole["text"].splitlines())        # a number list on one line
 

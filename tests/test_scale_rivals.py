@@ -5,8 +5,8 @@ import pytest
 
 from catlib.book import scale_study as ss
 from catlib.common.verdicts import prose_problems
-from catlib.experiment.scale import (ALIBI, ALIBI_DEEP, BUCKETS, CONTROL_DEEP, EULER, EULER_DEEP,
-                                     FIRE, FOX, KERPLE_LOG, ROPE, SCALE_ROWS)
+from catlib.experiment.scale_plan import (ALIBI, ALIBI_DEEP, BUCKETS, CONTROL_DEEP, EULER,
+                                          EULER_DEEP, FIRE, FOX, KERPLE_LOG, ROPE, SCALE_ROWS)
 
 LABELS = [ss.name(r) for r in SCALE_ROWS] + list(SCALE_ROWS)
 PLAN = {1: [0, 1, 2], 4: [0, 1, 2]}
@@ -103,7 +103,7 @@ def test_the_moonshot_is_against_the_best_row_without_the_kernel_learned_biases_
 
 def test_chapter_10_reads_the_learned_biases_at_its_own_budget_from_the_study():
     from catlib.book.scale_rivals import at_one_budget_text
-    from catlib.experiment.scale import CONTROL
+    from catlib.experiment.scale_plan import CONTROL
 
     # FIRE is level at 1x and far behind at 4x: read at 1x alone, the kernel is not ahead
     study = _study({**BASE, CONTROL: _flat(1.97, 1.77),

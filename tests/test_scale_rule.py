@@ -10,7 +10,7 @@ import pytest
 from catlib.book import scale_readings as sr
 from catlib.book.scale_study import rule_text
 from catlib.common.verdicts import interval, t_quantile
-from catlib.experiment.scale import ALIBI, ALIBI_DEEP, EULER, ROPE
+from catlib.experiment.scale_plan import ALIBI, ALIBI_DEEP, EULER, ROPE
 
 SEEDS = [0, 1, 2]
 

@@ -18,8 +18,9 @@ from scipy import stats
 import catlib
 from catlib.book import scale_study as ss
 from catlib.common.verdicts import prose_problems
-from catlib.experiment.scale import (ALIBI, ALIBI_DEEP, BUCKETS, EULER, EULER_DEEP, KERPLE_LOG,
-                                     KERPLE_ODE, KERNEL_QUESTION_ROWS, ORACLES, ROPE, SCALE_ROWS)
+from catlib.experiment.scale_plan import (ALIBI, ALIBI_DEEP, BUCKETS, EULER, EULER_DEEP, KERPLE_LOG,
+                                          KERPLE_ODE, KERNEL_QUESTION_ROWS, ORACLES, ROPE,
+                                          SCALE_ROWS)
 from catlib.experiment.scale_records import WINDOW_DIGITS
 
 sys.path.insert(0, str(Path(__file__).parent))

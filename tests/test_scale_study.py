@@ -11,8 +11,8 @@ import pytest
 
 from catlib.book import scale_study as ss
 from catlib.common.verdicts import prose_problems, sentences
-from catlib.experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, CONTROL, EULER, EULER_DEEP,
-                                     KERPLE, ROPE, SCALE_ROWS, swept_rows)
+from catlib.experiment.scale_plan import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, CONTROL, EULER,
+                                          EULER_DEEP, KERPLE, ROPE, SCALE_ROWS, swept_rows)
 
 matplotlib.use("Agg")
 LABELS = [ss.name(r) for r in SCALE_ROWS] + list(SCALE_ROWS)
@@ -416,7 +416,7 @@ def test_a_margin_s_window_error_is_paired_where_the_points_keep_each_window():
 def test_the_kernel_against_each_rival_bias_is_said_at_both_ends_and_an_absent_rival_named():
     # Catches a rival row that is read as a CAT row (the moonshot, the lowest CAT) or left
     # unsaid, and the two ends said in one clause.
-    from catlib.experiment.scale import CONTROL_DEEP, FIRE
+    from catlib.experiment.scale_plan import CONTROL_DEEP, FIRE
 
     assert FIRE not in ss.CAT_ROWS and CONTROL_DEEP not in ss.CAT_ROWS
     study = _baselines(**{EULER: {1: [1.80, 1.81], 4: [1.60, 1.61]},
@@ -478,7 +478,7 @@ def test_the_missing_rows_count_a_rows_extra_seeds_and_say_the_unrated():
     """A row holding the plan's seeds and its extra seeds is not "on fewer seeds"; one the
     sweep left without a rate is said as such, not as a study cut short."""
     from catlib.book.scale_study import missing
-    from catlib.experiment.scale import ALIBI, FOX, ROPE
+    from catlib.experiment.scale_plan import ALIBI, FOX, ROPE
 
     def pt(seeds):
         return {"budget": 1, "steps": 10, "seeds": seeds, "train_flops": 1.0, "seconds": 1.0,

@@ -13,7 +13,8 @@ import pytest
 
 from catlib.book import profiles
 from catlib.book.scale import main
-from catlib.experiment import scale, sweep
+from catlib.experiment import scale, scale_plan, sweep
+from catlib.experiment.scale_plan import ALIBI
 from catlib.runs import open_run
 
 RATE = 8e-3     # the rate the sweep chose for the row: not the recipe's
@@ -27,7 +28,7 @@ def _small():
 def sweep_run(root):
     """The sweep's run of ALiBi at :data:`RATE` under ``root``, trained and scored as
     ``make sweep`` trains it (:func:`catlib.experiment.sweep._sweep_job`)."""
-    spec = sweep.sweep_spec(scale.ALIBI, _small(), RATE, root)
+    spec = sweep.sweep_spec(ALIBI, _small(), RATE, root)
     found = sweep._sweep_job(dict(spec, device="cpu"))
     return root / found["name"]
 
@@ -43,7 +44,7 @@ def test_the_study_takes_the_sweeps_run_as_its_1x_branch_of_seed_0(data, tmp_pat
     included); the 1x point reads that run's weights."""
     swept = sweep_run(tmp_path / "lr-sweep")
     out = scale.run_study(_small(), root=tmp_path / "study", device="cpu", plan={1: (0,), 2: (0,)},
-                          rows=[scale.ALIBI], jobs=1, echo=None, rates={scale.ALIBI: RATE},
+                          rows=[ALIBI], jobs=1, echo=None, rates={ALIBI: RATE},
                           runs_from=[tmp_path / "lr-sweep"])
     (branch,) = [p for p in (tmp_path / "study").iterdir() if "-to-" in p.name]
     assert out["borrowed_runs"] == [branch.name]
@@ -57,17 +58,17 @@ def test_make_scale_trains_nothing_that_the_sweep_trained(data, tmp_path, monkey
     row at its chosen rate in ``runs/lr-sweep-<profile>-<device>``: the study's one run is
     that run, found finished (trained before: once more)."""
     monkeypatch.chdir(tmp_path)
-    one = {scale.ALIBI: scale.SCALE_ROWS[scale.ALIBI]}
-    monkeypatch.setattr("catlib.experiment.scale.SCALE_ROWS", one)
+    one = {ALIBI: scale_plan.SCALE_ROWS[ALIBI]}
+    monkeypatch.setattr("catlib.experiment.scale_plan.SCALE_ROWS", one)
     monkeypatch.setattr("catlib.book.scale.profile_experiment", lambda profile: _small())
     sweep_run(tmp_path / "runs" / "lr-sweep-smoke-cpu")
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "lr_sweep_smoke_cpu.json").write_text(json.dumps({
         "provenance": {"profile": "smoke"}, "rule": getattr(sweep, "RULE", None),
-        "rows": {scale.ALIBI: {"rate": RATE, "done": True}}}))
+        "rows": {ALIBI: {"rate": RATE, "done": True}}}))
     assert main(["--profile", "smoke", "--root", "runs", "--budgets", "1", "--seeds", "0",
                  "--jobs", "1"]) == 0
     (written,) = (tmp_path / "results").glob("scale_smoke_cpu*.json")
     study = json.loads(written.read_text())
     assert study["trained"] == [] and study["reused_runs"] == 1
-    assert study["rows"][scale.ALIBI]["rate"] == RATE
+    assert study["rows"][ALIBI]["rate"] == RATE

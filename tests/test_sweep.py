@@ -20,7 +20,8 @@ from catlib.book.sweep import main as sweep_main
 from catlib.book.sweep import summary, writer
 from catlib.common.verdicts import t_quantile
 from catlib.data import DEV_CHARS, load_corpus
-from catlib.experiment import scale, sweep
+from catlib.experiment import scale, scale_plan, sweep
+from catlib.experiment.scale_plan import ALIBI, FIRE, FOX, ROPE
 from catlib.runs import open_run
 
 
@@ -100,15 +101,15 @@ def test_a_row_whose_every_rate_diverged_has_no_rate_and_no_extension():
     why), the grid does not extend below it, the study is given no rate for it, and
     :func:`unrated_rows` names it for the scale command to refuse."""
     every = {r: None for r in (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)}
-    table = sweep.sweep_table({scale.FOX: _two(every), scale.ALIBI: _two(
-        {2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1})}, {scale.FOX: 10, scale.ALIBI: 10})
-    fox = table[scale.FOX]
+    table = sweep.sweep_table({FOX: _two(every), ALIBI: _two(
+        {2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1})}, {FOX: 10, ALIBI: 10})
+    fox = table[FOX]
     assert fox["rate"] is None and fox["edge"] is False
     assert fox["all_diverged"] is True and fox["done"] is True
     assert sweep.runs_to_do(_two({r: None for r in sweep.RATES})) == []    # no extension
     artefact = {"rule": sweep.RULE, "rows": table}
-    assert sweep.chosen_rates(artefact, [scale.FOX, scale.ALIBI]) == {scale.ALIBI: 4e-3}
-    assert sweep.unrated_rows(artefact) == [scale.FOX]
+    assert sweep.chosen_rates(artefact, [FOX, ALIBI]) == {ALIBI: 4e-3}
+    assert sweep.unrated_rows(artefact) == [FOX]
     assert sweep.sweep_complete(artefact)
     assert "none: every rate diverged" in summary(artefact)
 
@@ -119,7 +120,7 @@ def test_a_rate_ahead_of_4e3_by_less_than_its_margin_is_not_chosen():
     both seeds, it is chosen. The margin is t(0.975, n-1) x sd(per-window difference) /
     sqrt(n), on each seed."""
     near = _two({2e-3: 1.80, 4e-3: 1.700, 8e-3: 1.696, 16e-3: 1.75}, sd=0.05)
-    table = sweep.sweep_table({scale.ALIBI: near}, {scale.ALIBI: 10})[scale.ALIBI]
+    table = sweep.sweep_table({ALIBI: near}, {ALIBI: 10})[ALIBI]
     assert table["rate"] == 4e-3 and table["done"] and table["called"]["0.008"] is False
     for seed in (0, 1):
         d = np.subtract(near[8e-3][seed]["window_ce"], near[4e-3][seed]["window_ce"])
@@ -130,10 +131,10 @@ def test_a_rate_ahead_of_4e3_by_less_than_its_margin_is_not_chosen():
         assert table["lead"]["0.008"][str(seed)] == pytest.approx(0.004)
     m0, m1 = (table["dev_margin"]["0.008"][s] for s in "01")
     assert f"0.008: +0.0040 ({m0:.4f}); +0.0040 ({m1:.4f})" in summary(
-        {"seeds": [0, 1], "rows": {scale.ALIBI: table}})
+        {"seeds": [0, 1], "rows": {ALIBI: table}})
     far = _two({2e-3: 1.80, 4e-3: 1.700, 8e-3: 1.650, 16e-3: 1.75}, sd=0.05)
     assert all(1.700 - 1.650 > sweep.margin(far[4e-3][s], far[8e-3][s]) for s in (0, 1))
-    assert sweep.sweep_table({scale.ALIBI: far}, {scale.ALIBI: 10})[scale.ALIBI]["rate"] == 8e-3
+    assert sweep.sweep_table({ALIBI: far}, {ALIBI: 10})[ALIBI]["rate"] == 8e-3
     # without per-window CEs (a score kept before them), the bound t x (se + se): wider
     no_windows = {r: {s: {k: v for k, v in score.items() if k != "window_ce"}
                       for s, score in by.items()} for r, by in near.items()}
@@ -154,12 +155,12 @@ def test_the_sweep_scores_on_the_dev_slice_only(data, tmp_path, monkeypatch):
         read.append((text, length, n, span_length))
         return real(text, length, n, span_length)
     monkeypatch.setattr(ev, "windows", windows)
-    out = sweep.run_sweep(_small(), root=tmp_path, device="cpu", rows=[scale.ALIBI], jobs=1,
+    out = sweep.run_sweep(_small(), root=tmp_path, device="cpu", rows=[ALIBI], jobs=1,
                           echo=None, cap=0)
     corpus = load_corpus(split="90/10")
     dev = out["dev"]
-    assert len(read) == 6 and out["rows"][scale.ALIBI]["dev_ce"].keys() == {"0.002", "0.004", "0.008"}
-    assert all(by.keys() == {"0", "1"} for by in out["rows"][scale.ALIBI]["dev_ce"].values())
+    assert len(read) == 6 and out["rows"][ALIBI]["dev_ce"].keys() == {"0.002", "0.004", "0.008"}
+    assert all(by.keys() == {"0", "1"} for by in out["rows"][ALIBI]["dev_ce"].values())
     assert (dev["start"], dev["chars"]) == (0, DEV_CHARS)          # the corpus' opening
     assert dev["start"] + dev["chars"] <= len(corpus.ids) - len(corpus.train) - len(corpus.val)
     for text, length, n, span in read:
@@ -190,11 +191,11 @@ def test_a_cut_sweep_keeps_what_it_measured_and_resumes(data, tmp_path, monkeypa
     path = tmp_path / "lr_sweep_smoke_cpu.json"
     write = writer(path, {"profile": "smoke"})
     with pytest.raises(KeyboardInterrupt):
-        sweep.run_sweep(_small(), root=tmp_path / "runs", device="cpu", rows=[scale.ALIBI],
+        sweep.run_sweep(_small(), root=tmp_path / "runs", device="cpu", rows=[ALIBI],
                         jobs=1, echo=None, on_change=write, cap=0)
     kept = json.loads(partial_path(path).read_text())
-    first = kept["rows"][scale.ALIBI]["dev_ce"]
-    assert _runs(first) == 2 and kept["rows"][scale.ALIBI]["rate"] is None
+    first = kept["rows"][ALIBI]["dev_ce"]
+    assert _runs(first) == 2 and kept["rows"][ALIBI]["rate"] is None
     assert kept["complete"] is False and not path.exists()
     # its table beside it, saying it is not finished
     assert "; not finished._" in partial_path(path).with_suffix(".md").read_text()
@@ -202,13 +203,13 @@ def test_a_cut_sweep_keeps_what_it_measured_and_resumes(data, tmp_path, monkeypa
 
     monkeypatch.setattr(sweep, "_sweep_job", real)
     said = []
-    out = sweep.run_sweep(_small(), root=tmp_path / "runs", device="cpu", rows=[scale.ALIBI],
+    out = sweep.run_sweep(_small(), root=tmp_path / "runs", device="cpu", rows=[ALIBI],
                           jobs=1, echo=said.append, on_change=write, cap=0)
     done = [line for line in said if " at lr " in line]
     assert sum("reused run" in line for line in done) == 2
     assert sum("trained run" in line for line in done) == 4
     assert {line.split(": ")[0][-8:] for line in done} == {"(seed 0)", "(seed 1)"}
-    again = out["rows"][scale.ALIBI]["dev_ce"]
+    again = out["rows"][ALIBI]["dev_ce"]
     assert all(again[r][s] == ce for r, by in first.items() for s, ce in by.items())
     assert _runs(again) == 6
     assert json.loads(path.read_text())["complete"] is True
@@ -222,7 +223,7 @@ def test_a_rerun_keeps_the_complete_artefact_until_the_new_one_is_complete(data,
     code fingerprint: here a new root) and cut after its first run leaves the complete
     artefact as it was, the sweep in progress beside it; finishing replaces it."""
     path = tmp_path / "results" / "lr_sweep_smoke_cpu.json"
-    sweep.run_sweep(_small(), root=tmp_path / "old", device="cpu", rows=[scale.ALIBI], jobs=1,
+    sweep.run_sweep(_small(), root=tmp_path / "old", device="cpu", rows=[ALIBI], jobs=1,
                     echo=None, on_change=writer(path, {"profile": "smoke", "code": "old"}), cap=0)
     before = path.read_bytes(), path.with_suffix(".md").read_bytes()
     assert json.loads(before[0])["complete"] is True
@@ -238,18 +239,18 @@ def test_a_rerun_keeps_the_complete_artefact_until_the_new_one_is_complete(data,
     monkeypatch.setattr(sweep, "_sweep_job", cut_after_one)
     write = writer(path, {"profile": "smoke", "code": "new"})
     with pytest.raises(KeyboardInterrupt):
-        sweep.run_sweep(_small(), root=tmp_path / "new", device="cpu", rows=[scale.ALIBI],
+        sweep.run_sweep(_small(), root=tmp_path / "new", device="cpu", rows=[ALIBI],
                         jobs=1, echo=None, on_change=write, cap=0)
     assert (path.read_bytes(), path.with_suffix(".md").read_bytes()) == before
     progress = json.loads(partial_path(path).read_text())
-    assert progress["complete"] is False and _runs(progress["rows"][scale.ALIBI]["dev_ce"]) == 1
+    assert progress["complete"] is False and _runs(progress["rows"][ALIBI]["dev_ce"]) == 1
 
     monkeypatch.setattr(sweep, "_sweep_job", real)
-    sweep.run_sweep(_small(), root=tmp_path / "new", device="cpu", rows=[scale.ALIBI],
+    sweep.run_sweep(_small(), root=tmp_path / "new", device="cpu", rows=[ALIBI],
                     jobs=1, echo=None, on_change=write, cap=0)
     after = json.loads(path.read_text())
     assert after["complete"] is True and after["provenance"]["code"] == "new"
-    assert _runs(after["rows"][scale.ALIBI]["dev_ce"]) == 6 and not partial_path(path).exists()
+    assert _runs(after["rows"][ALIBI]["dev_ce"]) == 6 and not partial_path(path).exists()
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name, path.with_suffix(".md").name]
 
 
@@ -257,13 +258,13 @@ def test_a_sweep_is_complete_only_when_every_row_is_done(tmp_path):
     """Issue 60, item 7: one row done while another has no finished run yet is a sweep in
     progress (the table names every row of the sweep), never written over the complete
     artefact."""
-    table = sweep.sweep_table({scale.ALIBI: _two({2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1}),
-                               scale.ROPE: {}}, {scale.ALIBI: 10, scale.ROPE: 10})
+    table = sweep.sweep_table({ALIBI: _two({2e-3: 3.0, 4e-3: 2.9, 8e-3: 3.1}),
+                               ROPE: {}}, {ALIBI: 10, ROPE: 10})
     path = tmp_path / "lr_sweep_smoke_cpu.json"
     writer(path, {"profile": "smoke"})({"rows": table})
     assert not path.exists()
     assert json.loads(partial_path(path).read_text())["complete"] is False
-    assert table[scale.ROPE]["done"] is False and table[scale.ROPE]["rate"] is None
+    assert table[ROPE]["done"] is False and table[ROPE]["rate"] is None
 
 
 def test_the_sweep_command_shares_its_argument_checks_without_the_scale_command():
@@ -290,30 +291,30 @@ def test_the_study_trains_each_row_at_the_sweeps_best_rate(data, tmp_path):
     e = _small()
     path = tmp_path / "results" / "lr_sweep_smoke_cpu.json"
     write = writer(path, {"profile": "smoke", "git": {"commit": "abc"}})
-    table = sweep.run_sweep(e, root=tmp_path / "sweep", device="cpu", rows=[scale.ALIBI], jobs=1,
+    table = sweep.run_sweep(e, root=tmp_path / "sweep", device="cpu", rows=[ALIBI], jobs=1,
                             echo=None)
-    best = table["rows"][scale.ALIBI]["rate"]
-    row = table["rows"][scale.ALIBI]
+    best = table["rows"][ALIBI]["rate"]
+    row = table["rows"][ALIBI]
     lead, margin = (row[k][sweep.rate_key(best)] for k in ("lead", "dev_margin"))
     assert best != e.train.lr and row["called"][sweep.rate_key(best)]
     assert all(lead[s] > margin[s] for s in ("0", "1"))                 # called on both
-    others = {label: {"rate": 8e-3} for label in scale.SCALE_ROWS if label != scale.ALIBI}
+    others = {label: {"rate": 8e-3} for label in scale_plan.SCALE_ROWS if label != ALIBI}
     write({**table, "rows": {**table["rows"], **others}})
 
     args = argparse.Namespace(profile="smoke", corpus="tiny", budgets=[1], seeds=[0], jobs=1, device="cpu",
                               out=str(tmp_path / "results"), root=str(tmp_path), sweep=None,
                               recipe_rate=False)
     *_, rates, source = check_args(args)
-    assert rates[scale.ALIBI] == best and rates[scale.FIRE] == 8e-3
+    assert rates[ALIBI] == best and rates[FIRE] == 8e-3
     assert source["dev"] == table["dev"] and source["commit"] == "abc"
     out = scale.run_study(e, root=tmp_path / "study", device="cpu", plan={1: (0,)},
-                          rows=[scale.ALIBI], jobs=1, echo=None, rates=rates, rate_source=source)
-    assert out["rows"][scale.ALIBI]["rate"] == best and out["rates"]["dev"] == table["dev"]
+                          rows=[ALIBI], jobs=1, echo=None, rates=rates, rate_source=source)
+    assert out["rows"][ALIBI]["rate"] == best and out["rates"]["dev"] == table["dev"]
     (run,) = (open_run(p) for p in (tmp_path / "study").iterdir() if p.is_dir())
     assert run.train_config.lr == best
     recipe = scale.run_study(e, root=tmp_path / "study", device="cpu", plan={1: (0,)},
-                             rows=[scale.ALIBI], jobs=1, echo=None)
-    assert recipe["rows"][scale.ALIBI]["rate"] == e.train.lr and recipe["rates"] == {"from": "recipe"}
+                             rows=[ALIBI], jobs=1, echo=None)
+    assert recipe["rows"][ALIBI]["rate"] == e.train.lr and recipe["rates"] == {"from": "recipe"}
 
 
 @pytest.mark.parametrize("args, says", [
@@ -344,11 +345,12 @@ def test_bad_sweep_arguments_stop_before_anything_trains(tmp_path, capsys, monke
     ([1], "is not a sweep's artefact"),
     ({"provenance": {"profile": "cpu"}, "rows": {}}, "made for the profile 'cpu', not 'smoke'"),
     ({"provenance": {"profile": "smoke"}, "rows": {}, "rule": True},      # True: the sweep's
-     f"has no row {scale.ALIBI!r}: run `make sweep`"),
-    ({"provenance": {"profile": "smoke"}, "rows": {scale.ALIBI: {"rate": None}}, "rule": True},
-     f"is not finished for row {scale.ALIBI!r}"),
+     f"has no row {ALIBI!r}: run `make sweep`"),
+    ({"provenance": {"profile": "smoke"}, "rows": {ALIBI: {"rate": None}}, "rule": True},
+     f"is not finished for row {ALIBI!r}"),
     # chosen by the lowest dev CE (the artefacts before issue 61): read by no study
-    ({"provenance": {"profile": "smoke"}, "rows": {label: {"rate": 8e-3} for label in scale.SCALE_ROWS}},
+    ({"provenance": {"profile": "smoke"},
+      "rows": {label: {"rate": 8e-3} for label in scale_plan.SCALE_ROWS}},
      "was not made by the sweep's rule (keep 0.004 unless"),
 ])
 def test_the_study_without_the_sweeps_rates_stops_naming_make_sweep(tmp_path, capsys, monkeypatch,

@@ -21,10 +21,12 @@ from catlib.book.args import artefact_name, partial_path, sweep_runs
 from catlib.book.sweep import main as sweep_main
 from catlib.data import load_corpus
 from catlib.experiment import scale, sweep
+from catlib.experiment.scale_plan import (ALIBI, ALIBI_DEEP, BUCKETS, CONTROL, EULER, EULER_DEEP,
+                                          FOX, KERPLE_LOG, ROPE)
 
 # The code study's rows the sweep tunes (issue 62, item 3): the oracle is never swept.
-CODE_ROWS = (scale.ALIBI, scale.ALIBI_DEEP, scale.ROPE, scale.EULER, scale.EULER_DEEP,
-             scale.CONTROL, scale.BUCKETS, scale.KERPLE_LOG, scale.FOX)
+CODE_ROWS = (ALIBI, ALIBI_DEEP, ROPE, EULER, EULER_DEEP,
+             CONTROL, BUCKETS, KERPLE_LOG, FOX)
 COMMITTED = Path(__file__).resolve().parent.parent / "results" / "lr_sweep_cpu.json"
 
 
@@ -91,7 +93,7 @@ def test_a_code_run_is_scored_on_the_dev_files_only(data, tmp_path, monkeypatch)
         return real(text, length, n, span_length)
     monkeypatch.setattr(ev, "windows", windows)
     e = _code()
-    spec = {**sweep.sweep_spec(scale.ALIBI, e, 4e-3, tmp_path, seed=0), "device": "cpu"}
+    spec = {**sweep.sweep_spec(ALIBI, e, 4e-3, tmp_path, seed=0), "device": "cpu"}
     score = sweep._sweep_job(spec)
     corpus = load_corpus(split="files")
     parts = {name: {f.path for f in files} for name, files in corpus.files.items()}
@@ -163,7 +165,7 @@ def test_the_code_corpus_has_artefacts_and_runs_of_its_own(data, tmp_path, capsy
 
     def fake(experiment, *, root, **kw):
         seen.update(corpus=experiment.corpus, root=Path(root))
-        return {"corpus": experiment.corpus, "rows": {scale.ALIBI: {"rate": 4e-3, "done": True}},
+        return {"corpus": experiment.corpus, "rows": {ALIBI: {"rate": 4e-3, "done": True}},
                 "seeds": [0, 1], "wall_seconds": 1.0}
     monkeypatch.setattr("catlib.book.sweep.run_sweep", fake)
     monkeypatch.setattr("catlib.book.sweep.code_fingerprint", lambda: "fingerprint")

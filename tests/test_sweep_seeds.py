@@ -21,7 +21,8 @@ import pytest
 from catlib.book import profiles
 from catlib.book.scale import main as scale_main
 from catlib.book.sweep import summary
-from catlib.experiment import scale, sweep
+from catlib.experiment import scale, scale_plan, sweep
+from catlib.experiment.scale_plan import ALIBI
 from catlib.runs import open_run
 
 WINDOWS, NOISE = 100, 0.05     # a lead of 0.05 is called (margin about 0.014), 0.004 is not
@@ -57,7 +58,7 @@ def _sweep_with(monkeypatch, table: dict, **kw) -> dict:
     """The sweep of ALiBi with runs scored by ``table`` (``{(rate, seed): CE}``)."""
     monkeypatch.setattr(sweep, "_sweep_job", _scored)
     monkeypatch.setattr(sys.modules[__name__], "CE", {(round(r, 9), s): v for (r, s), v in table.items()})
-    return sweep.run_sweep(_small(), root="unused", device="cpu", rows=[scale.ALIBI], jobs=1,
+    return sweep.run_sweep(_small(), root="unused", device="cpu", rows=[ALIBI], jobs=1,
                            echo=None, **kw)
 
 
@@ -71,7 +72,7 @@ def test_a_rate_that_wins_by_a_called_margin_on_seed_0_only_keeps_4e3(data, monk
     on seed 1 (a tie): the row keeps 4e-3, and the grid does not extend beyond 8e-3. A sweep
     on seed 0 alone took 8e-3."""
     grid = {2e-3: 1.80, 4e-3: 1.70, 8e-3: 1.65, 16e-3: 1.75}
-    row = _sweep_with(monkeypatch, _both(grid, {8e-3: 1.696}))["rows"][scale.ALIBI]
+    row = _sweep_with(monkeypatch, _both(grid, {8e-3: 1.696}))["rows"][ALIBI]
     assert row["rate"] == 4e-3 and row["done"] and not row["edge"]
     assert row["dev_ce"].keys() == {"0.002", "0.004", "0.008"}            # no extension
     assert row["called"]["0.008"] is False
@@ -87,7 +88,7 @@ def test_a_rate_that_wins_by_a_called_margin_on_both_seeds_is_chosen(data, monke
     seed and 8e-3's lead and margin per seed."""
     grid = {2e-3: 1.80, 4e-3: 1.70, 8e-3: 1.65, 16e-3: 1.62, 32e-3: 1.9}
     table = _sweep_with(monkeypatch, _both(grid, {16e-3: 1.698}))
-    row = table["rows"][scale.ALIBI]
+    row = table["rows"][ALIBI]
     assert row["rate"] == 8e-3 and row["done"] and not row["edge"]
     assert row["dev_ce"]["0.016"] == {"0": 1.62, "1": 1.698}               # tried on both
     assert "0.032" not in row["dev_ce"]
@@ -108,17 +109,17 @@ def test_a_sweep_of_the_old_dev_slice_is_refused_in_one_line(tmp_path, capsys, m
     issue 61 moved it to the corpus' opening) gives the study no rate: one line naming the
     slice and `make sweep`, from ``chosen_rates`` and from ``make scale`` (exit 2, nothing
     written)."""
-    rows = {label: {"rate": 4e-3, "done": True} for label in scale.swept_rows()}
+    rows = {label: {"rate": 4e-3, "done": True} for label in scale_plan.swept_rows()}
     stale = {"rule": sweep.RULE, "dev": OLD_DEV, "rows": rows}
     with pytest.raises(sweep.SweepError) as e:
-        sweep.chosen_rates(stale, list(scale.swept_rows()))
+        sweep.chosen_rates(stale, list(scale_plan.swept_rows()))
     said = str(e.value)
     assert len(said.splitlines()) == 1 and "953854" in said and "run `make sweep`" in said
     # today's slice is read; windows of another length are refused where the study says
     today = {**stale, "dev": {**OLD_DEV, "start": 0}}
-    assert sweep.chosen_rates(today, [scale.ALIBI], length=128) == {scale.ALIBI: 4e-3}
+    assert sweep.chosen_rates(today, [ALIBI], length=128) == {ALIBI: 4e-3}
     with pytest.raises(sweep.SweepError, match="length 128, now 256"):
-        sweep.chosen_rates(today, [scale.ALIBI], length=256)
+        sweep.chosen_rates(today, [ALIBI], length=256)
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results").mkdir()
@@ -151,11 +152,11 @@ def test_the_sweeps_plan_holds_seeds_0_and_1_for_every_row_and_rate(data, monkey
     e = _small()
     out = sweep.run_sweep(e, root="unused", device="cpu", jobs=1, echo=said.append,
                           progress_every=0.05)
-    n = len(scale.swept_rows()) * len(sweep.RATES) * 2
+    n = len(scale_plan.swept_rows()) * len(sweep.RATES) * 2
     assert sorted((lr, seed) for lr, seed, _ in planned) == sorted(
-        (r, s) for r in sweep.RATES for s in (0, 1) for _ in scale.swept_rows())
+        (r, s) for r in sweep.RATES for s in (0, 1) for _ in scale_plan.swept_rows())
     assert len(planned) == n == 78                                 # ties: no extension
-    for label in scale.swept_rows():
+    for label in scale_plan.swept_rows():
         for rate, seed in itertools.product(sweep.RATES, (0, 1)):
             model, train, _ = scale.scale_configs(label, e, seed, [1], rate)
             assert (rate, seed, (model.to_dict(), train.to_dict())) in planned, (label, rate, seed)
@@ -172,13 +173,13 @@ def test_the_study_takes_seed_1s_sweep_run_as_its_1x_branch_too(data, tmp_path):
     1x branches from the sweep's folder (the same configuration hash) and trains only its
     2x runs."""
     e = _small()
-    table = sweep.run_sweep(e, root=tmp_path / "lr-sweep", device="cpu", rows=[scale.ALIBI],
+    table = sweep.run_sweep(e, root=tmp_path / "lr-sweep", device="cpu", rows=[ALIBI],
                             jobs=1, echo=None, cap=0)
-    rate = table["rows"][scale.ALIBI]["rate"]
+    rate = table["rows"][ALIBI]["rate"]
     swept = {open_run(p).hash: p for p in (tmp_path / "lr-sweep").iterdir() if p.is_dir()}
     assert len(swept) == 6                                         # 3 rates x 2 seeds
     out = scale.run_study(e, root=tmp_path / "study", device="cpu", plan={1: (0, 1), 2: (0, 1)},
-                          rows=[scale.ALIBI], jobs=1, echo=None, rates={scale.ALIBI: rate},
+                          rows=[ALIBI], jobs=1, echo=None, rates={ALIBI: rate},
                           runs_from=[tmp_path / "lr-sweep"])
     branches = sorted(p for p in (tmp_path / "study").iterdir() if "-to-" in p.name)
     assert sorted(out["borrowed_runs"]) == [p.name for p in branches] and len(branches) == 2

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..experiment.scale import row_plan, study_rows
+from ..experiment.scale_plan import row_plan, study_rows
 from .args import artefact_name, partial_path
 from .scale_readings import STUDY_DEVICES, split_oracle
 
@@ -46,7 +46,7 @@ def load_code_study(root) -> dict:
 
 def planned_runs(study: dict) -> int:
     """The runs the study plans: one per row and seed (every row of its identity, or of
-    :func:`~catlib.experiment.scale.study_rows`, on the seeds of its plan and its own)."""
+    :func:`~catlib.experiment.scale_plan.study_rows`, on the seeds of its plan and its own)."""
     plan = {int(b): tuple(s) for b, s in study["plan"].items()}
     extra = {r: {int(b): tuple(s) for b, s in own.items()}
              for r, own in (study.get("extra_seeds") or {}).items()}

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..common.formatting import md_table
 from ..common.verdicts import listed
-from ..experiment.scale import ORACLES
+from ..experiment.scale_plan import ORACLES
 from ..measure.context_gain import gain_interval, uses_context_beyond
 from .context_gain_table import gain_text
 from .scale_oracle import ORACLE_BUDGET, oracle_point, seed_gains

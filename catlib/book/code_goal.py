@@ -11,7 +11,7 @@ from ..common.verdicts import listed, times_listed
 from .code_artefact import COMMANDS, finished_runs, planned_runs
 from .code_context import best_gain
 from .context_gain_table import gain_text
-from ..experiment.scale import ORACLES
+from ..experiment.scale_plan import ORACLES
 from .scale_readings import CAT_ROWS, budgets, common_seeds, compare, lengths, name
 
 

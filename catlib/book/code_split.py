@@ -11,7 +11,7 @@ from ..code_corpus import SYMPY_VERSION
 from ..common.formatting import md_table
 from ..common.verdicts import listed
 from ..data import DataError, load_corpus
-from ..experiment.scale import SPAN_TILES
+from ..experiment.scale_plan import SPAN_TILES
 from ..measure.evaluate import text_span, window_starts
 
 PARTS = (("train", "training"), ("dev", "dev"), ("val", "validation"))
@@ -62,7 +62,7 @@ def span(corpus, tiles: int, length: int) -> dict:
 
 def scored_span(study: dict | None) -> tuple[int, int]:
     """``(tiles, length)`` the study scores: from its artefact's scoring, else the code
-    study's at the book's sizes (:data:`~catlib.experiment.scale.SPAN_TILES`, the cpu
+    study's at the book's sizes (:data:`~catlib.experiment.scale_plan.SPAN_TILES`, the cpu
     profile's longest length)."""
     scoring = (study or {}).get("scoring") or {}
     if "span_tiles" in scoring:

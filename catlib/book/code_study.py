@@ -18,7 +18,7 @@ import numpy as np
 from ..common.formatting import md_table
 from ..common.verdicts import (AHEAD, BEHIND, MARGIN, NOT_RESOLVED, interval, listed, reading,
                                same_words, times_listed)
-from ..experiment.scale import BIAS_KERNELS, CONTROL, EULER, ORACLES, SCALE_ROWS, plan_for
+from ..experiment.scale_plan import BIAS_KERNELS, CONTROL, EULER, ORACLES, SCALE_ROWS, plan_for
 from .code_artefact import COMMANDS, status_text
 from .code_context import gain_words, gains_table, signed_cell
 from .context_gain_table import gain_text

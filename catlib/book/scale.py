@@ -33,8 +33,9 @@ from pathlib import Path
 from ..common.provenance import code_fingerprint, commit_of, environment
 from ..data import load_corpus
 from ..data import DataError, causal_split, check_corpus
-from ..experiment.scale import (extra_seeds_for, plan_for, run_study, study_identity, study_rows,
-                                swept_rows, with_oracle_rates)
+from ..experiment.scale import run_study
+from ..experiment.scale_plan import (extra_seeds_for, plan_for, study_identity, study_rows,
+                                     swept_rows, with_oracle_rates)
 from ..experiment.sweep import SweepError, chosen_rates, unrated_rows
 from ..runs.files import atomic_write_text
 from ..training.config import SEED_MAX

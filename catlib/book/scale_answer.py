@@ -1,7 +1,8 @@
 """Chapter 11's answer to the kernel question (issue 61, items 4, 6 and 7): at 1×, on every
-seed the seven rows of the question share (:data:`~catlib.experiment.scale.KERNEL_QUESTION_ROWS`:
-seeds 0-9 in the new study, 0-2 in the old one), each row against the Euler CAT at the
-training length (128) and beyond it (the longest length), in the book's words
+seed the seven rows of the question share
+(:data:`~catlib.experiment.scale_plan.KERNEL_QUESTION_ROWS`: seeds 0-9 in the new study,
+0-2 in the old one), each row against the Euler CAT at the training length (128) and beyond
+it (the longest length), in the book's words
 (:func:`~catlib.common.verdicts.reading`: "ahead", "the same within 0.02", "not resolved",
 "ahead, by less than 0.02"), with each row's context gain beyond 128
 (:func:`~catlib.measure.context_gain.gain_interval`) where the artefact measured it. A
@@ -16,7 +17,7 @@ import numpy as np
 
 from ..common.formatting import md_table
 from ..common.verdicts import AHEAD, BEHIND, MARGIN, NOT_RESOLVED, interval, listed, reading
-from ..experiment.scale import EULER, KERNEL_QUESTION_ROWS
+from ..experiment.scale_plan import EULER, KERNEL_QUESTION_ROWS
 from ..measure.context_gain import gain_interval
 from .context_gain_table import gain_text
 from .scale_readings import budgets, common_seeds, compare, lengths, name, point

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.verdicts import MARGIN, listed
-from ..experiment.scale import BASELINE_ROWS, BIAS_KERNELS, EULER, KERNEL_QUESTION_ROWS
+from ..experiment.scale_plan import BASELINE_ROWS, BIAS_KERNELS, EULER, KERNEL_QUESTION_ROWS
 from .locate import save_figure
 from .scale_answer import QUESTION_BUDGET, kernel_question, question_seeds
 from .scale_readings import lengths, name

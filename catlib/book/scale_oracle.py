@@ -3,7 +3,7 @@ at the book's sizes.
 
 A "gain of zero" beyond 128 characters means nothing until a model that can read far
 shows what there is to gain. The oracle is two rows trained on windows of 512
-(:data:`~catlib.experiment.scale.ORACLES`): four ALiBi layers (copying a name from far
+(:data:`~catlib.experiment.scale_plan.ORACLES`): four ALiBi layers (copying a name from far
 back takes two layers, one marking what came before each character and one looking it
 up) and the Euler CAT, each beside its own row trained at 128, at 1× on the same seeds.
 Each row's context gain beyond 128 (:mod:`catlib.measure.context_gain`: the same targets,
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.formatting import md_table
-from ..experiment.scale import ORACLES
+from ..experiment.scale_plan import ORACLES
 from ..measure.context_gain import gain_interval, uses_context_beyond
 from .context_gain_table import gain_text
 from .scale_readings import lengths, name, point

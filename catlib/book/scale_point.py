@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..experiment.rows import AS_LAYERS, EULER_CAT, EULER_CONTROL, MATCHED
-from ..experiment.scale import ALIBI, ALIBI_DEEP, CONTROL, EULER, KERPLE, KERPLE_ODE, ROPE
+from ..experiment.scale_plan import ALIBI, ALIBI_DEEP, CONTROL, EULER, KERPLE, KERPLE_ODE, ROPE
 from ..experiment.scale_records import seed_window_ce
 from ..measure.evaluate import window_starts
 from ..common.verdicts import listed

@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from ..common.verdicts import called, paired_window_error, unpaired_error_bound
-from ..experiment.scale import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, BIAS_KERNELS, BUCKETS, CONTROL,
-                                CONTROL_DEEP, EULER, EULER_DEEP, FIRE, FOX, KERPLE, KERPLE_LOG,
-                                KERPLE_ODE, ORACLE_ALIBI, ORACLE_EULER, ORACLES, ROPE)
+from ..experiment.scale_plan import (ALIBI, ALIBI_DEEP, BASELINE_ROWS, BIAS_KERNELS, BUCKETS,
+                                     CONTROL, CONTROL_DEEP, EULER, EULER_DEEP, FIRE, FOX, KERPLE,
+                                     KERPLE_LOG, KERPLE_ODE, ORACLE_ALIBI, ORACLE_EULER, ORACLES,
+                                     ROPE)
 from ..experiment.scale_records import seed_window_ce
 
 # The devices a study artefact can come from (``results/scale_<device>.json``), the CPU first.
@@ -71,7 +72,7 @@ def load_studies(root) -> dict[str, dict]:
 
 
 def split_oracle(study: dict) -> dict:
-    """``study`` with the oracle's rows (:data:`~catlib.experiment.scale.ORACLES`, trained on
+    """``study`` with the oracle's rows (:data:`~catlib.experiment.scale_plan.ORACLES`, trained on
     longer windows: not rivals of the rows trained at 128) moved from ``rows`` and
     ``per_seed`` to ``oracle`` (``{row: {"points": [...]}}``, empty where the study has
     none), so that every reading of the rivals leaves them out."""

@@ -24,7 +24,7 @@ from ..common.formatting import md_table, signed
 from ..common.provenance import commit_of
 from ..common.verdicts import (AHEAD, BEHIND, MARGIN, NOT_RESOLVED, listed, reading,
                                same_words, times_listed)
-from ..experiment.scale import BIAS_KERNELS, CONTROL, CONTROL_DEEP, EULER, EULER_DEEP
+from ..experiment.scale_plan import BIAS_KERNELS, CONTROL, CONTROL_DEEP, EULER, EULER_DEEP
 from .scale_readings import KERNEL_RIVALS, budgets, lengths, name, per_seed, row_leads
 from .scale_tables import seeds_text
 

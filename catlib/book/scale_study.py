@@ -22,7 +22,7 @@ from ..common.formatting import signed
 from ..common.provenance import commit_of
 from ..common.verdicts import NOT_CALLED, listed, nats_range, size_words, subject
 from ..common.verdicts import called_words, times_listed as _times, verdict, window_error
-from ..experiment.scale import CONTROL, EULER, ORACLES, SCALE_ROWS
+from ..experiment.scale_plan import CONTROL, EULER, ORACLES, SCALE_ROWS
 from .scale_oracle import oracle_table, oracle_text
 from .scale_answer import answer_sentences, answer_table, answer_text, budget_note
 from .scale_readings import (CAT_ROWS, KERNEL_RIVALS, MOON_LEAD, NAMES, STUDY_DEVICES,  # noqa: F401

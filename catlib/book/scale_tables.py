@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.formatting import md_table
-from ..experiment.scale import BASELINE_ROWS, KERPLE, SCALE_ROWS
+from ..experiment.scale_plan import BASELINE_ROWS, KERPLE, SCALE_ROWS
 from .scale_readings import (CAT_ROWS, budgets, common_seeds, crossing, lead_at, lengths, name,
                              per_seed, point, unit_flops)
 

@@ -1,25 +1,15 @@
 """The scale study: chapter 10's equal-compute comparison repeated at several budgets.
 
-Chapter 10 compares the rows at one budget, the training FLOPs of the KERPLE-prior CAT
-(RK4 x1) at the experiment's steps. Here the budget is a multiple of that: 1x and 2x on the
-CPU (Tiny Shakespeare carries no more), to 16x on a GPU, in training FLOPs. Every row has
-the experiment's sizes and batches (the ``cpu`` profile's: its 1x point is chapter 10's run
-where a row trains at chapter 10's rate and steps; :mod:`catlib.book.scale_point` names the
-rows that do not) and spends its budget its own way (:data:`SCALE_ROWS`): as more steps of
-a cheap model, as more layers, or as a costlier block (an ODE solver's evaluations); the
-literature's learned biases and FoX take the Euler CAT's block and budget, as steps. Every
-row trains on the book's recipe (warm-up, a constant rate, a linear decay to zero;
+What the study trains, its rows and the budgets and seeds of each, is its plan
+(:mod:`catlib.experiment.scale_plan`); this module trains it. Every row trains on the
+book's recipe (warm-up, a constant rate, a linear decay to zero;
 :func:`catlib.experiment.rows.with_recipe`), at its own rate where given (chosen on the dev
-slice by :mod:`catlib.experiment.sweep`).
-
-The plan (:data:`PLANS`) gives every row its budgets and seeds; the rows of the kernel
-question (:data:`KERNEL_QUESTION_ROWS`) take seeds 3-9 as well at 1x on the CPU
-(:data:`EXTRA_SEEDS`, :func:`row_plan`), trained to 1x only. Seed ``s`` draws the same
-batches in every row (the sampler is seeded by the run's seed alone), so the rows'
-differences are paired. Each row and seed is one run trained to its largest budget; each
-smaller budget's point is a run of that budget branched from it where its own decay starts
-(``TrainConfig.branches``), so that a point *is* the run trained alone to that budget with
-the recipe, bit for bit (tests/test_recipe.py), its decay's steps counted in its FLOPs.
+slice by :mod:`catlib.experiment.sweep`), for the steps that give it each budget
+(:func:`scale_configs`; a deeper row's blocks: :func:`nearest_blocks`). Each row and seed is
+one run trained to its largest budget; each smaller budget's point is a run of that budget
+branched from it where its own decay starts (``TrainConfig.branches``), so that a point
+*is* the run trained alone to that budget with the recipe, bit for bit
+(tests/test_recipe.py), its decay's steps counted in its FLOPs.
 
 Every point is scored on every window of the validation span at each length, on as many
 windows of the training part at the shortest length (where a row overfits), and with the
@@ -62,178 +52,18 @@ from ..runs.stored import NotStored, stored_only
 from ..runs.training import train_run
 from ..training.config import TrainConfig
 from ..training.schedule import decay_start
+from . import scale_plan
 from .compute import expected_step_flops, matched_budget
 from .grid import _train_job
 from .pool import run_jobs, worker_devices
-from .rows import MATCHED, ROWS, TODAY, Row, row_configs, with_points
+from .rows import MATCHED, ROWS, row_configs, with_points
+from .scale_plan import BLOCKS_AS, SAME_BLOCKS, SPAN_TILES, row_plan, seed_budgets, study_identity
 from .scale_records import (assemble_rows, complete, run_records, score_run, scoring_of,
                             span_corpus)
 
-# The rows: chapter 10's rows that decide the equal-compute verdict, each spending the
-# budget its own way, and the CAT kernel with discrete depth of its own (as many Euler
-# blocks as give it the RK4 CAT's FLOPs per step), the row that answers the deep ALiBi.
-ALIBI, ALIBI_DEEP, ROPE = "ALiBi baseline", "ALiBi baseline, layers", "RoPE baseline"
-KERPLE, KERPLE_ODE = "KERPLE-prior CAT", "KERPLE-prior CAT, ODE-consistent"
-EULER, EULER_DEEP = "ALiBi-prior CAT, Euler x1", "ALiBi-prior CAT, Euler blocks"
-CONTROL = "ALiBi inside the Euler CAT block"
-BUCKETS = "ALiBi + learned buckets inside the Euler CAT block"
-KERPLE_LOG, FIRE = "KERPLE-log inside the Euler CAT block", "FIRE inside the Euler CAT block"
-FOX = "FoX inside the Euler CAT block"
-CONTROL_DEEP = "ALiBi inside the deep Euler CAT's blocks"
-# The oracle's windows, as a multiple of the rows' training length (512 at ``cpu`` sizes).
-ORACLE_TIMES = 4
-ORACLE_ALIBI = "ALiBi baseline, 4 layers, long windows"
-ORACLE_EULER = "ALiBi-prior CAT, Euler x1, long windows"
-# Each oracle row and the row whose swept rate it takes (the sweep tunes the rows at 128).
-ORACLES = {ORACLE_ALIBI: ALIBI_DEEP, ORACLE_EULER: EULER}
-# The oracle is trained to 1x only, on the plan's seeds.
-ORACLE_BUDGETS = (1,)
-# Each learned bias's row and its CATConfig kernel (catlib/nn/learned_bias.py, forgetting.py).
-BIAS_KERNELS = {BUCKETS: "alibi-buckets", KERPLE_LOG: "kerple-log", FIRE: "fire", FOX: "fox"}
-_EULER_OPTIONS = (("kernel", "alibi-prior"), ("solver", "euler"), ("solver_steps", 1))
-SCALE_ROWS: dict[str, Row] = {r.label: r for r in (
-    # the baselines in today's block (pre-LN, GELU), as chapter 10's compute-matched ones
-    dataclasses.replace(ROWS["ALiBi baseline"], label=ALIBI,
-                        options=(*ROWS["ALiBi baseline"].options, *TODAY)),
-    dataclasses.replace(ROWS["ALiBi baseline"], label=ALIBI_DEEP,
-                        options=(*ROWS["ALiBi baseline"].options, *TODAY)),
-    dataclasses.replace(ROWS["RoPE baseline"], label=ROPE,
-                        options=(*ROWS["RoPE baseline"].options, *TODAY)),
-    dataclasses.replace(ROWS[MATCHED], label=KERPLE, ladder=()),
-    dataclasses.replace(ROWS["KERPLE-prior CAT, ODE-consistent"], label=KERPLE_ODE, ladder=()),
-    Row(EULER, "causal", "cat", "90/10", _EULER_OPTIONS, ("cat",)),
-    Row(EULER_DEEP, "causal", "cat", "90/10", _EULER_OPTIONS, ("cat",)),
-    # The kernel's control: the Euler CAT's block with ALiBi's fixed bias and the learned
-    # kernel off (chapter 8's "ALiBi inside the CAT block"): is the Euler CAT's lead its
-    # kernel's, or its block's?
-    Row(CONTROL, "causal", "cat", "90/10", (*_EULER_OPTIONS, ("kernel_residual", False)), ("cat",)),
-    # The literature's learned biases in place of CAT's kernel, in the same block (one Euler
-    # step) and at the same budget as steps (issue 54): is the kernel's lead over ALiBi the
-    # spectral function's, or any learned bias's? And the kernel's control at depth: the
-    # deep Euler CAT's blocks with the residual off.
-    *(Row(label, "causal", "cat", "90/10", (("kernel", kernel), *_EULER_OPTIONS[1:]), ("cat",))
-      for label, kernel in BIAS_KERNELS.items()),
-    Row(CONTROL_DEEP, "causal", "cat", "90/10", (*_EULER_OPTIONS, ("kernel_residual", False)),
-        ("cat",)),
-    # The oracle (issue 62, item 2): what context beyond 128 characters is worth at the
-    # book's sizes. Copying a name from far back takes two layers (one marks what came
-    # before each character, one looks it up), and reading far takes training on long
-    # windows: four ALiBi layers, and the Euler CAT for the kernel's side, both trained on
-    # windows ORACLE_TIMES as long as the rows'. Not rivals of the rows trained at 128: chapter 11 shows
-    # their context gain apart (catlib.book.scale_readings.split_oracle).
-    Row(ORACLE_ALIBI, "causal", "base", "90/10",
-        (*ROWS["ALiBi baseline"].options, *TODAY, ("blocks", 4)), ("base",),
-        window_times=ORACLE_TIMES),
-    Row(ORACLE_EULER, "causal", "cat", "90/10", _EULER_OPTIONS, ("cat",),
-        window_times=ORACLE_TIMES),
-)}
-# ``blocks_as`` rows get as many blocks as fit the FLOPs per step of the row named;
-# ``SAME_BLOCKS`` rows take the blocks of the row named (a control keeps its twin's depth).
-BLOCKS_AS = {ALIBI_DEEP: KERPLE, EULER_DEEP: KERPLE}
-SAME_BLOCKS = {CONTROL_DEEP: EULER_DEEP}
-BASELINE_ROWS = (ALIBI, ALIBI_DEEP, ROPE)
-# The rows each corpus's study trains where not every row (issue 62): on code, the
-# baselines, the Euler CAT (one block and deep), the kernel's control and the learned
-# biases of the kernel question, and the oracle.
-CORPUS_ROWS = {"code": (ALIBI, ALIBI_DEEP, ROPE, EULER, EULER_DEEP, CONTROL, BUCKETS,
-                        KERPLE_LOG, FOX, *ORACLES)}
-
-
-# Budgets (multiples of the KERPLE-prior CAT's training FLOPs at the experiment's steps)
-# and the seeds trained to each, per device type: the plan every row follows. On the CPU
-# 1x and 2x only: Tiny Shakespeare's training part carries no more (at 4x a one-layer row
-# makes 10 passes over it, and rows overfit: issue 61, item 6; the budgets beyond move to a
-# larger corpus); on a GPU to 16x.
-# On the code corpus (issue 62: 15 times the text) the CPU goes to 4x, where no row makes
-# a pass over its training files.
-PLANS = {"cpu": {1: (0, 1, 2), 2: (0, 1, 2)},
-         "cuda": {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2), 8: (0, 1, 2), 16: (0, 1, 2)}}
-CORPUS_PLANS = {"code": {"cpu": {1: (0, 1, 2), 2: (0, 1, 2), 4: (0, 1, 2)}, "cuda": PLANS["cuda"]}}
-# The kernel question (issue 61, item 4): is the Euler CAT's kernel ahead of, or the same
-# as, the learned biases in its block, its control and the baselines? Three seeds give an
-# interval of 0.05-0.10 nats; these rows take seeds 3-9 as well at 1x, trained to 1x only.
-KERNEL_QUESTION_ROWS = (EULER, BUCKETS, KERPLE_LOG, FOX, CONTROL, ALIBI, ROPE)
-KERNEL_QUESTION_SEEDS = tuple(range(3, 10))
-# The seeds some rows take beyond the plan, per device type: ``{row: {budget: seeds}}``.
-EXTRA_SEEDS = {"cpu": {row: {1: KERNEL_QUESTION_SEEDS} for row in KERNEL_QUESTION_ROWS},
-               "cuda": {}}
-# The span the study on the code corpus scores (catlib.experiment.scale_records.span_corpus):
-# 21 stretches of the longest length spread over its validation files, as many as Tiny
-# Shakespeare's validation text holds (its 1.7 million characters whole would cost 16
-# times the scoring); Tiny Shakespeare's study scores all of its validation text.
-SPAN_TILES = {"code": 21}
-
-
-def plan_for(device, corpus: str = "tiny") -> dict[int, tuple]:
-    """``{budget: seeds}`` every row of a device follows on ``corpus`` (:data:`PLANS`,
-    :data:`CORPUS_PLANS`; MPS and others take the CPU's); :func:`extra_seeds_for` adds
-    some rows' own seeds."""
-    plans = CORPUS_PLANS.get(corpus, PLANS)
-    return plans.get(torch.device(device).type, plans["cpu"])
-
-
-def extra_seeds_for(device, corpus: str = "tiny") -> dict[str, dict[int, tuple]]:
-    """``{row: {budget: seeds}}``: the seeds a device's rows take beyond its plan
-    (:data:`EXTRA_SEEDS`; MPS and others take the CPU's): on Tiny Shakespeare only."""
-    if corpus != "tiny":
-        return {}
-    return EXTRA_SEEDS.get(torch.device(device).type, EXTRA_SEEDS["cpu"])
-
-
-def row_plan(plan: dict, extra: dict | None, label: str) -> dict[int, tuple]:
-    """``{budget: seeds}`` of the row ``label``: the seeds of ``plan`` at each budget and
-    the row's own (``extra[label]``, :func:`extra_seeds_for`), smallest first."""
-    own = (extra or {}).get(label, {})
-    budgets = sorted({*plan, *own})
-    if label in ORACLES:
-        budgets = [b for b in budgets if b in ORACLE_BUDGETS]
-    return {b: tuple(sorted({*plan.get(b, ()), *own.get(b, ())})) for b in budgets}
-
-
-def study_rows(corpus: str = "tiny") -> list[str]:
-    """The rows of the study on ``corpus`` (:data:`CORPUS_ROWS`; every row of
-    :data:`SCALE_ROWS` where the corpus names none), in :data:`SCALE_ROWS`' order."""
-    keep = CORPUS_ROWS.get(corpus)
-    return [r for r in SCALE_ROWS if keep is None or r in keep]
-
-
-def swept_rows(corpus: str = "tiny") -> list[str]:
-    """The rows the learning-rate sweep tunes on ``corpus``: the study's rows there
-    (:func:`study_rows`) but the oracle's."""
-    return [r for r in study_rows(corpus) if r not in ORACLES]
-
-
-def with_oracle_rates(rates: dict | None) -> dict | None:
-    """``rates`` (``{row: rate}``, from the sweep, or None: the recipe's) with each oracle
-    row at the rate of the row it stands beside (:data:`ORACLES`), where that one has a
-    rate."""
-    if rates is None:
-        return None
-    return {**rates, **{o: rates[twin] for o, twin in ORACLES.items() if twin in rates}}
-
-
-def plan_text(plan: dict) -> dict[str, list]:
-    """``plan`` (``{budget: seeds}``) as the artefact keeps it: ``{"<budget>": [seeds]}``."""
-    return {str(b): [int(s) for s in seeds] for b, seeds in sorted(plan.items())}
-
-
-def study_identity(plan: dict, extra: dict | None, rows, corpus_sha256: str) -> dict:
-    """What makes two artefacts one study's (the command adds the profile and the device):
-    ``{"plan", "extra_seeds", "rows", "corpus"}``, the plan and the rows' own seeds as the
-    artefact keeps them (:func:`plan_text`), every row planned, the corpus' SHA-256."""
-    return {"plan": plan_text(plan),
-            "extra_seeds": {label: plan_text(s) for label, s in sorted((extra or {}).items())},
-            "rows": list(rows), "corpus": corpus_sha256}
-
-
-def seed_budgets(plan: dict) -> dict[int, list]:
-    """``{seed: [budgets]}``: the budgets each seed is trained to (its run's ladder)."""
-    out: dict[int, list] = {}
-    for budget, seeds in sorted(plan.items()):
-        for s in seeds:
-            out.setdefault(s, []).append(budget)
-    return out
-
+# The study's rows are read as ``scale_plan.SCALE_ROWS`` when a function runs, not bound
+# here at import, so that a test that trains two of them (patching the plan's module) has
+# every function of this one see the same two.
 
 def reference_flops(experiment) -> float:
     """Training FLOPs of the 1x budget: the KERPLE-prior CAT at the experiment's steps."""
@@ -246,13 +76,14 @@ def scale_configs(label: str, experiment, seed: int, budgets, rate: float | None
     the largest of ``budgets`` at the learning rate ``rate`` (default: the recipe's,
     ``experiment.train.lr``), and ``{budget: steps}``: the steps that give the row each
     budget (its counted FLOPs per step, the mean over drawn step counts; at least 1)."""
-    row = SCALE_ROWS[label]
+    row = scale_plan.SCALE_ROWS[label]
     model, train = row_configs(row, experiment, seed)
     if rate is not None:
         train = dataclasses.replace(train, lr=float(rate))
     if label in BLOCKS_AS:
-        of_m, of_t = row_configs(SCALE_ROWS[BLOCKS_AS[label]], experiment, seed)
-        per_step = expected_step_flops(of_m, SCALE_ROWS[BLOCKS_AS[label]].model, of_t.batch, of_t.seq)
+        of = scale_plan.SCALE_ROWS[BLOCKS_AS[label]]
+        of_m, of_t = row_configs(of, experiment, seed)
+        per_step = expected_step_flops(of_m, of.model, of_t.batch, of_t.seq)
         model = nearest_blocks(model, row.model, per_step, train.batch, train.seq)
     if label in SAME_BLOCKS:
         twin, _, _ = scale_configs(SAME_BLOCKS[label], experiment, seed, budgets)
@@ -359,18 +190,18 @@ def _scale_job(spec: dict, steps=None, stored: bool = False) -> dict | None:
 def job_specs(experiment, plan: dict, root, rows=None, rates: dict | None = None,
               extra: dict | None = None) -> tuple[dict, dict, dict]:
     """The pool's jobs (:func:`catlib.experiment.pool.run_jobs`): ``(specs, owners,
-    steps)``, one spec per row and seed of the row's plan (:func:`row_plan`: ``plan`` and
-    the row's ``extra`` seeds), scoring its every budget's weights (``ladder``), each row
-    at its rate ``rates[label]`` (default: the recipe's); ``steps[label, seed]``:
-    ``{budget: steps}``."""
+    steps)``, one spec per row and seed of the row's plan
+    (:func:`~catlib.experiment.scale_plan.row_plan`: ``plan`` and the row's ``extra``
+    seeds), scoring its every budget's weights (``ladder``), each row at its rate
+    ``rates[label]`` (default: the recipe's); ``steps[label, seed]``: ``{budget: steps}``."""
     specs, owners, steps = {}, {}, {}
-    for label in rows or SCALE_ROWS:
+    for label in rows or scale_plan.SCALE_ROWS:
         for seed, budgets in seed_budgets(row_plan(plan, extra, label)).items():
             model, tc, steps[label, seed] = scale_configs(label, experiment, seed, budgets,
                                                           (rates or {}).get(label))
             key = (label, seed)
             specs[key] = _job_spec(model, tc, root, experiment, steps[key].values(),
-                                   SCALE_ROWS[label].model)
+                                   scale_plan.SCALE_ROWS[label].model)
             owners[key] = [key]
     return specs, owners, steps
 
@@ -397,8 +228,9 @@ def scale_table(runs: dict, steps: dict, plan: dict, corpus, lengths, caps, devi
     per_seed: dict = {}
     for (label, seed), run in runs.items():
         per_seed.setdefault(label, {})[str(seed)] = {"run": run.path.name, "budgets": run_records(
-            run, SCALE_ROWS[label].model, steps[label, seed], corpus, scored_as, device)}
-    return assemble_rows(per_seed, {label: plan for label in per_seed}, SCALE_ROWS)
+            run, scale_plan.SCALE_ROWS[label].model, steps[label, seed], corpus, scored_as,
+            device)}
+    return assemble_rows(per_seed, {label: plan for label in per_seed}, scale_plan.SCALE_ROWS)
 
 
 def recipe_of(specs: dict) -> dict:
@@ -420,7 +252,7 @@ def reached(finished, steps: dict, plan: dict) -> dict[str, dict[int, tuple]]:
     than the others); budgets no finished seed reached, and rows with no finished run, are
     left out."""
     out: dict[str, dict[int, tuple]] = {}
-    for label in SCALE_ROWS:
+    for label in scale_plan.SCALE_ROWS:
         seeds = sorted(s for (lab, s) in finished if lab == label)
         per_budget = {b: tuple(s for s in seeds if b in steps[label, s]) for b in sorted(plan)}
         if any(per_budget.values()):
@@ -519,11 +351,12 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
     "borrowed_runs", "partial", "wall_seconds"}``.
 
     The plan: every row at the budgets and seeds of ``plan`` (``{budget: seeds}``), and
-    the rows of ``extra`` (``{row: {budget: seeds}}``, :func:`extra_seeds_for`) on their
-    own seeds as well (:func:`row_plan`); ``"plan"``, ``"extra_seeds"``: both as the
-    artefact keeps them (:func:`plan_text`). Each row at its rate ``rates[label]``
-    (default: the recipe's single rate), recorded as the row's ``rate``
-    (``recipe["lr"]``: the recipe's own rate); ``"rates"``: where the rates come from
+    the rows of ``extra`` (``{row: {budget: seeds}}``,
+    :func:`~catlib.experiment.scale_plan.extra_seeds_for`) on their own seeds as well
+    (:func:`~catlib.experiment.scale_plan.row_plan`); ``"plan"``, ``"extra_seeds"``: both as
+    the artefact keeps them (:func:`~catlib.experiment.scale_plan.plan_text`). Each row at
+    its rate ``rates[label]`` (default: the recipe's single rate), recorded as the row's
+    ``rate`` (``recipe["lr"]``: the recipe's own rate); ``"rates"``: where the rates come from
     (``rate_source``, e.g. the sweep's artefact and its dev slice; default ``{"from":
     "recipe"}``).
 
@@ -574,22 +407,22 @@ def run_study(experiment, *, root, device, plan: dict, rows=None, jobs: int | No
         finished[key] = result
         run = open_run(Path(specs[key]["root"]) / result["name"])
         per_seed.setdefault(key[0], {})[str(key[1])] = {"run": result["name"], "budgets": run_records(
-            run, SCALE_ROWS[key[0]].model, steps[key], corpus, scored_as, device)}
+            run, scale_plan.SCALE_ROWS[key[0]].model, steps[key], corpus, scored_as, device)}
 
     def artefact() -> dict:
         done = {k: finished[k] for k in specs if k in finished}
-        table = assemble_rows(per_seed, plans, SCALE_ROWS)
+        table = assemble_rows(per_seed, plans, scale_plan.SCALE_ROWS)
         identity = study_identity(plan, extra, planned, corpus.sha256)
         return {"plan": identity["plan"], "extra_seeds": identity["extra_seeds"],
                 "rows": {label: {**t, "rate": rate[label]} for label, t in table.items()},
                 "per_seed": {label: dict(sorted(per_seed[label].items(), key=lambda i: int(i[0])))
-                             for label in SCALE_ROWS if label in per_seed},
+                             for label in scale_plan.SCALE_ROWS if label in per_seed},
                 "scoring": scored_as,
                 "recipe": {**recipe_of(specs), "lr": experiment.train.lr, "rate_per_row": bool(rates)},
                 "rates": rate_source or {"from": "recipe"},
                 "identity": identity,
-                "trained": [r for r in SCALE_ROWS if any(not d["reused"] for k, d in done.items()
-                                                         if k[0] == r)],
+                "trained": [r for r in scale_plan.SCALE_ROWS
+                            if any(not d["reused"] for k, d in done.items() if k[0] == r)],
                 "reused_runs": sum(bool(d["reused"]) and not d.get("recorded") for d in done.values()),
                 "recorded_runs": sum(bool(d.get("recorded")) for d in done.values()),
                 "finished_runs": [{"row": k[0], "seed": k[1], "run": d["name"],

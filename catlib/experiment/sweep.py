@@ -1,6 +1,6 @@
 """Each row of the scale study at its own learning rate, chosen on the dev slice.
 
-The sweep trains every row of :func:`catlib.experiment.scale.swept_rows` on the
+The sweep trains every row of :func:`catlib.experiment.scale_plan.swept_rows` on the
 experiment's corpus (``experiment.corpus``: Tiny Shakespeare's rows on "tiny", the nine
 rows of issue 62 on "code") at the 1x budget
 (:data:`BUDGET`) on each seed of :data:`SWEEP_SEEDS` (0 and 1; the study's configurations,
@@ -61,7 +61,8 @@ from ..runs import (NotStored, TrainingFailed, stored_only, stored_with_run, tra
 from ..training.config import TrainConfig
 from .pool import run_jobs, worker_devices
 from .progress import reporter
-from .scale import SCALE_ROWS, swept_rows, scale_configs
+from .scale import scale_configs
+from .scale_plan import SCALE_ROWS, swept_rows
 
 # The recipe's rate (chapter 10's, every profile's ``lr`` at the book's sizes): a row keeps
 # it unless another rate is better by a called margin on every seed.
@@ -427,7 +428,7 @@ def run_sweep(experiment, *, root, device, rows=None, jobs: int | None = None, e
     (:func:`runs_to_do`), each round with its own progress line and time left.
     ``on_change(artefact)`` is called after each finished run, so that a cut sweep keeps
     what it measured (the command writes it). The rows default to the experiment's
-    corpus's (:func:`~catlib.experiment.scale.swept_rows`), each trained and scored on it."""
+    corpus's (:func:`~catlib.experiment.scale_plan.swept_rows`), each trained and scored on it."""
     from ..data import load_corpus
 
     if DEFAULT_RATE not in grid:
