@@ -101,3 +101,17 @@ def test_a_study_without_the_oracle_says_so():
     study = sr.split_oracle(new_study())
     assert so.oracle_table(study) == ""
     assert "holds no oracle" in so.oracle_text(study)
+
+
+def test_an_oracle_behind_its_twins_does_not_say_there_is_nothing_to_read():
+    """Seen on both corpora: trained on fewer, longer windows for the same FLOPs, both oracle
+    rows read worse than their twins; their gain of zero then says that these models do not
+    read beyond 128, not that there is nothing there (the earlier sentence overclaimed)."""
+    study = sr.split_oracle(_with_oracle(0.0))
+    for oracle in scale_plan.ORACLES:
+        for p in study["oracle"][oracle]["points"]:
+            p["ce"] = {L: [c + 0.5 for c in v] for L, v in p["ce"].items()}
+    text = so.oracle_text(study)
+    assert "both read worse than their twins trained at 128" in text
+    assert "not that there is nothing there to read" in text
+    assert "little or nothing to read" not in text

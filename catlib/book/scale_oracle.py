@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common.formatting import md_table
+from ..common.verdicts import listed
 from ..experiment.scale_plan import ORACLES
 from ..measure.context_gain import gain_interval, uses_context_beyond
 from .context_gain_table import gain_text
@@ -97,6 +98,19 @@ def oracle_text(study: dict) -> str:
                 f"{name(best['row'])} gains {gain_text(*best['gain'])} nats "
                 f"from it (on {seeds} seeds), called above zero. A row trained at {short} whose "
                 "gain is not called leaves that on the table.")
-    return (f"Neither oracle row gains from context beyond {short} characters by a called "
-            f"margin (on {seeds} seeds): at this size there is little or nothing to read "
-            f"there, and a row that \"extrapolates\" to {far} only does not get worse.")
+    said = (f"Neither oracle row gains from context beyond {short} characters by a called "
+            f"margin (on {seeds} seeds)")
+    twin = {f["row"]: f for f in found}
+    weaker = [f for f in oracles if ORACLES[f["row"]] in twin
+              and f["ce"].get(far, np.nan) > twin[ORACLES[f["row"]]]["ce"].get(far, np.nan)]
+    if len(weaker) == len(oracles):     # the oracle is itself behind: it cannot say "nothing"
+        ces = listed([f"{f['ce'][far]:.3f} against {twin[ORACLES[f['row']]]['ce'][far]:.3f}"
+                      for f in weaker])
+        return (f"{said}, but at this budget {'both read' if len(weaker) > 1 else 'it reads'} "
+                f"worse than {'their twins' if len(weaker) > 1 else 'its twin'} trained at "
+                f"{short} (CE at {far}: {ces}): trained on fewer, longer windows for the same "
+                f"FLOPs, the oracle is itself behind, so this shows that these models do not "
+                f"read beyond {short} characters, not that there is nothing there to read. A row "
+                f"that \"extrapolates\" to {far} does not get worse; it is not shown to gain.")
+    return (f"{said}: at this size there is little or nothing to read there, and a row that "
+            f"\"extrapolates\" to {far} only does not get worse.")
