@@ -457,3 +457,25 @@ def test_the_chapter_lists_each_rows_rate_from_the_artefact():
             table[label]["rate"] = 4e-3
     assert cs.rates_text(s) == ("Each row trains at the recipe's single rate: 0.004, for every "
                                 "row; the oracle rows take their twins' rates.")
+
+
+def test_the_readme_line_is_republished_from_the_code_artefact_without_a_build(tmp_path):
+    """After make scale CORPUS=code and before the next build, the README block's chapter 12
+    line says what the artefact says, labelled with its commit (the build's line said no
+    study was there); the rest of the block is kept."""
+    from catlib.book.publish import README_MARKERS, republish_code_line
+    (tmp_path / "results").mkdir()
+    artefact = dict(code_study(), provenance={"git": {"commit": "c0de00c0de00beef"}, "profile": "cpu"})
+    (tmp_path / "results" / "scale_code_cpu.json").write_text(json.dumps(artefact))
+    block = ("_Written by the build._\n\nOver budgets (chapter 11): words.\n\n"
+             "On source code (chapter 12): No study on source code is in results/ in this build.\n\n"
+             "| table |\n")
+    (tmp_path / "results" / "headline_cpu.md").write_text(block)
+    start, end = README_MARKERS
+    (tmp_path / "README.md").write_text(f"intro\n{start}\nold\n{end}\nrest\n")
+    republish_code_line(tmp_path)
+    readme = (tmp_path / "README.md").read_text()
+    assert "No study on source code" not in readme and readme.endswith("rest\n")
+    assert "On source code (chapter 12): On Python source at 1×, 2× and 4×, the Euler CAT" in readme
+    assert "_(From `scale_code_cpu.json`, commit c0de00c0de00.)_\n\n| table |" in readme
+    assert "Over budgets (chapter 11): words." in readme

@@ -98,6 +98,35 @@ def republish_scale_answer(root: Path, profile: str = "cpu") -> None:
         _replace_readme_headline(root / "README.md", out.read_text())
 
 
+CODE_LINE = "On source code (chapter 12): "
+
+
+def republish_code_line(root: Path, profile: str = "cpu") -> None:
+    """Replace chapter 12's line (from :data:`CODE_LINE` to the end of its paragraph) in
+    ``results/headline_<profile>.md`` and the README's block with the finding of the code
+    study's artefact now in ``results/`` (after ``make scale CORPUS=code`` and before the
+    next full build), labelled with that artefact's commit; nothing where the block has no
+    such line or there is no artefact."""
+    from .code_artefact import load_code_study
+    from .code_goal import goal
+    from .code_study import code_short
+
+    found = load_code_study(root)
+    out = root / "results" / f"headline_{profile}.md"
+    if found["study"] is None or not out.exists():
+        return
+    block = out.read_text()
+    at = block.find(CODE_LINE)
+    if at < 0:
+        return
+    end = block.find("\n\n", at)
+    end = len(block) if end < 0 else end
+    label = f" _(From `{found['path'].name}`, commit {commit_of(found['study'].get('provenance', {}))}.)_"
+    out.write_text(block[:at] + CODE_LINE + code_short(found, goal(found)) + label + block[end:])
+    if profile == "cpu":
+        _replace_readme_headline(root / "README.md", out.read_text())
+
+
 def _place_scale_answer(block: str, answer: str) -> str:
     """``block`` (a ``headline_<profile>.md``) with its scale answer replaced by ``answer``:
     from the line that opens "Over budgets (" through the line that carries the study's
