@@ -116,3 +116,20 @@ def sampler_spy(monkeypatch):
 
     monkeypatch.setattr(loop, "BatchSampler", Spy)
     return handed, drawn
+
+
+@pytest.fixture
+def count_plans():
+    """``count(model) -> calls``: wraps every block's ``attn.plan`` of ``model`` and returns
+    the list of lengths it is then called at (how often an evaluation builds a plan)."""
+    def count(model) -> list:
+        calls = []
+        for block in model.blocks:
+            original = block.attn.plan
+
+            def counted(length, *args, _original=original, **kwargs):
+                calls.append(length)
+                return _original(length, *args, **kwargs)
+            block.attn.plan = counted
+        return calls
+    return count

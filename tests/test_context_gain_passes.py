@@ -51,16 +51,9 @@ def test_the_sliding_chunks_go_in_passes_of_windows_per_batch():
     assert sizes.count((1, L)) == 1                  # the full reading: one window, one pass
 
 
-def test_each_plan_is_built_once_per_length():
+def test_each_plan_is_built_once_per_length(count_plans):
     model, val, T, L = _cat(blocks=2), _val(2000), 32, 600
-    calls = []
-    for block in model.blocks:
-        original = block.attn.plan
-
-        def counted(length, *args, _original=original, **kwargs):
-            calls.append(length)
-            return _original(length, *args, **kwargs)
-        block.attn.plan = counted
+    calls = count_plans(model)
     r = context_gain(model, val, length=L, train_length=T, eval_windows=2, device="cpu")
     assert r["windows"] == 2
     # Each block's plan at L once and at T once: not once per window nor once per pass.

@@ -56,21 +56,8 @@ def tiny_cat(seed: int = 0, **options) -> catlib.CAT:
     return model
 
 
-def count_plans(model) -> list:
-    """Wraps every block's ``attn.plan``; returns the list of lengths it was called at."""
-    calls = []
-    for block in model.blocks:
-        original = block.attn.plan
-
-        def counted(length, *args, _original=original, **kwargs):
-            calls.append(length)
-            return _original(length, *args, **kwargs)
-        block.attn.plan = counted
-    return calls
-
-
 @pytest.mark.parametrize("options", KERNELS, ids=lambda o: o["kernel"])
-def test_an_evaluation_builds_each_plan_once_per_length(options):
+def test_an_evaluation_builds_each_plan_once_per_length(options, count_plans):
     model = tiny_cat(**options, blocks=2)
     calls = count_plans(model)
     val = torch.randint(V, (2000,))
