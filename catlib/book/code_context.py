@@ -22,12 +22,6 @@ from .scale_readings import budgets, common_seeds, lengths, name, point
 from .scale_tables import FIGSIZE, FONT_PT
 
 
-def signed_cell(x: float) -> str:
-    """A signed value to three decimals, "0.000" where it rounds to zero (never "-0.000")."""
-    text = f"{x:+.3f}"
-    return "0.000" if float(text) == 0 else text
-
-
 def row_gain(study: dict, row: str, budget: int, seeds=None) -> dict | None:
     """``{"row", "budget", "seeds", "gain": (mean, half-width), "uses"}``: ``row``'s context
     gain at ``budget`` on ``seeds`` (default: all of its point's), called above zero or not

@@ -13,19 +13,19 @@ budgets and chapter 11's: :mod:`catlib.book.code_order`; the context gain and it
 """
 from __future__ import annotations
 
-import numpy as np
 
 from ..common.formatting import md_table
 from ..common.verdicts import (AHEAD, BEHIND, MARGIN, NOT_RESOLVED, interval, listed, reading,
                                same_words, times_listed)
 from ..experiment.scale_plan import BIAS_KERNELS, CONTROL, EULER, ORACLES, SCALE_ROWS, plan_for
 from .code_artefact import COMMANDS, status_text
-from .code_context import gain_words, gains_table, signed_cell
+from .code_context import gain_words, gains_table
 from .context_gain_table import gain_text
 from .code_goal import goal_sentence, goal_text
 from .code_order import lowest_table, order_table, order_text, overfit_sentence, passes_sentence
 from .code_split import corpus_text, split_table
 from .scale_answer import passes_table
+from .scale_tables import lead_text
 from .scale_oracle import oracle_rows, oracle_table, oracle_text
 from .scale_rivals import words_rule
 from .scale_readings import budgets, common_seeds, compare, lengths, name
@@ -64,12 +64,6 @@ def against_euler(study: dict, rows=None) -> list[dict]:
     return out
 
 
-def _lead(m: float, h: float) -> str:
-    if not np.isfinite(m):
-        return "not measured"
-    return signed_cell(m) + (f" ± {h:.3f}" if np.isfinite(h) else "")
-
-
 def answer_table(study: dict, rows=None) -> str:
     """Markdown: each row against the Euler CAT at each budget (:func:`against_euler`): its
     lead at the shortest and the longest length (± the 95 % half-width; positive: the
@@ -85,8 +79,8 @@ def answer_table(study: dict, rows=None) -> str:
         if f["lead"] is None:
             cells.append([label, f"{f['budget']}×", "not measured", "–", "not measured", "–"])
         else:
-            cells.append([label, f"{f['budget']}×", _lead(f["lead"][0], f["half"][0]), f["words"][0],
-                          _lead(f["lead"][-1], f["half"][-1]), f["words"][-1]])
+            cells.append([label, f"{f['budget']}×", lead_text(f["lead"][0], f["half"][0]), f["words"][0],
+                          lead_text(f["lead"][-1], f["half"][-1]), f["words"][-1]])
     return md_table(["row", "budget", f"Euler CAT's lead at {short}", f"at {short}",
                      f"its lead at {far}", f"at {far}"], cells, "lrrlrl")
 

@@ -21,7 +21,7 @@ from ..experiment.scale_plan import EULER, KERNEL_QUESTION_ROWS
 from ..measure.context_gain import gain_interval
 from .context_gain_table import gain_text
 from .scale_readings import budgets, common_seeds, compare, lengths, name, point
-from .scale_tables import seeds_text
+from .scale_tables import lead_text, seeds_text
 
 # The budget the kernel question is asked at: where its rows have ten seeds.
 QUESTION_BUDGET = 1
@@ -69,12 +69,6 @@ def kernel_question(study: dict) -> list[dict]:
     return out
 
 
-def _lead(m: float, h: float) -> str:
-    if not np.isfinite(m):
-        return "not measured"
-    return f"{m:+.3f}" + (f" ± {h:.3f}" if np.isfinite(h) else "")
-
-
 def _gain(g) -> str:
     if g is None:
         return "not measured"
@@ -95,8 +89,8 @@ def answer_table(study: dict) -> str:
         if f["lead"] is None:
             cells.append([name(f["row"]), "–", "–", "–", "–", _gain(f["gain"])])
         else:
-            cells.append([name(f["row"]), _lead(f["lead"][0], f["half"][0]),
-                          _lead(f["lead"][-1], f["half"][-1]), f["words"][0], f["words"][-1],
+            cells.append([name(f["row"]), lead_text(f["lead"][0], f["half"][0]),
+                          lead_text(f["lead"][-1], f["half"][-1]), f["words"][0], f["words"][-1],
                           _gain(f["gain"])])
     heads = ["row", f"Euler CAT's lead at {short}", f"its lead at {far}", f"at {short}",
              f"at {far}", f"context gain beyond {short}"]

@@ -26,7 +26,7 @@ from ..common.verdicts import (AHEAD, BEHIND, MARGIN, NOT_RESOLVED, listed, read
                                same_words, times_listed)
 from ..experiment.scale_plan import BIAS_KERNELS, CONTROL, CONTROL_DEEP, EULER, EULER_DEEP
 from .scale_readings import KERNEL_RIVALS, budgets, lengths, name, per_seed, row_leads
-from .scale_tables import seeds_text
+from .scale_tables import lead_cell, seeds_text
 
 
 
@@ -69,7 +69,7 @@ def words_rule(margin: float = MARGIN) -> str:
 
 def lead_range(values) -> str:
     """Leads in a sentence, signed (a lead may be negative): "+0.031", "-0.008 to +0.002"."""
-    cells = list(dict.fromkeys(_cell(v) for v in sorted(values)))
+    cells = list(dict.fromkeys(lead_cell(v) for v in sorted(values)))
     return cells[0] if len(cells) == 1 else f"{cells[0]} to {cells[-1]}"
 
 
@@ -250,13 +250,6 @@ def rivals_answer(study: dict) -> str:
     return " ".join(said)
 
 
-def _cell(x: float) -> str:
-    """A lead in a table: "+0.012", "-0.300", "0.000" where it rounds to zero (never a signed
-    zero, never a float's last bits)."""
-    text = f"{x:+.3f}"
-    return "0.000" if float(text) == 0 else text
-
-
 def at_budget(study: dict, budget: int) -> dict:
     """The study read at ``budget`` alone (its plan cut to that budget; the points kept), as
     chapter 10 reads it at its own budget, 1×."""
@@ -280,7 +273,7 @@ def rival_table(study: dict, budget: int) -> str:
         cells = [f"{np.mean(v):.3f} ± {np.std(v, ddof=1):.3f}" if len(v) > 1 else
                  f"{v[0]:.3f}" if v else "–" for v in ce]
         got = leads.get(r)
-        lead = ["" if r == EULER else "–" if got is None else _cell(got["diff"][:, ls.index(L)].mean())
+        lead = ["" if r == EULER else "–" if got is None else lead_cell(got["diff"][:, ls.index(L)].mean())
                 for L in ends]
         rate = study["rows"][r].get("rate")
         body.append([name(r), "–" if rate is None else f"{rate:g}", *cells, *lead])

@@ -22,6 +22,21 @@ FIGSIZE, FONT_PT = (8.0, 4.4), 10
 LEGEND_ROW_IN = 0.24      # inches a legend row takes at FONT_PT
 
 
+def lead_cell(x: float) -> str:
+    """A lead in a table: "+0.012", "-0.300", "0.000" where it rounds to zero (never a signed
+    zero, never a float's last bits)."""
+    text = f"{x:+.3f}"
+    return "0.000" if float(text) == 0 else text
+
+
+def lead_text(mean: float, half: float) -> str:
+    """A lead and its 95 % half-width in a table, "+0.045 ± 0.005" (the mean alone without
+    an interval; "not measured" where there is no mean)."""
+    if not np.isfinite(mean):
+        return "not measured"
+    return lead_cell(mean) + (f" ± {half:.3f}" if np.isfinite(half) else "")
+
+
 def seeds_text(seeds) -> str:
     """"3 seeds", or "seed 0 only"."""
     return f"{len(seeds)} seeds" if len(seeds) > 1 else f"seed {seeds[0]} only"
