@@ -13,7 +13,6 @@ budgets and chapter 11's: :mod:`catlib.book.code_order`; the context gain and it
 """
 from __future__ import annotations
 
-
 from ..common.formatting import md_table
 from ..common.verdicts import (AHEAD, BEHIND, MARGIN, NOT_RESOLVED, interval, listed, reading,
                                same_words, times_listed)
